@@ -1,0 +1,131 @@
+"""Every error Cubicle raises, in one tree.
+
+    CubicleError
+    ├── InvalidRequest            the caller asked for something that cannot be done as asked (422)
+    │   ├── OffScreen             a coordinate lies outside the screen
+    │   ├── UnknownKey            a key name that no keysym or alias matches
+    │   └── PathNotAllowed        a file path outside what the files API may touch (403)
+    ├── NotFound                  (404)
+    │   ├── DesktopNotFound
+    │   ├── WindowNotFound
+    │   └── FileNotFound
+    ├── PayloadTooLarge           an upload over the configured limit (413)
+    ├── DesktopUnavailable        the desktop exists but cannot take calls
+    │   ├── DesktopStarting       still booting (409)
+    │   └── DesktopGone           failed or stopped; `reason` says why (410)
+    ├── CapacityReached           no room for another desktop (429)
+    ├── AuthError                 missing or wrong token (401)
+    └── SandboxError              the runtime or the guest broke (500/502)
+        ├── SandboxStartError     a desktop did not come up
+        ├── GuestUnreachable      the guest daemon stopped answering
+        └── A11yUnavailable       the accessibility bus (AT-SPI) cannot be reached
+
+Each class carries a stable `code` that travels in error bodies
+(`{"error": code, "detail": message}`), so the guest, the control plane and the SDK
+raise the same class on each side of the wire. HTTP status codes live in one table,
+`desktop.api.errors.STATUS`.
+"""
+
+from __future__ import annotations
+
+
+class CubicleError(Exception):
+    """Root of every error Cubicle raises on purpose."""
+
+    code = "cubicle_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code: int | None = None
+        """The HTTP status the error arrived with, when it came over HTTP."""
+
+
+class InvalidRequest(CubicleError):
+    code = "invalid_request"
+
+
+class OffScreen(InvalidRequest):
+    code = "off_screen"
+
+
+class UnknownKey(InvalidRequest):
+    code = "unknown_key"
+
+
+class PathNotAllowed(InvalidRequest):
+    code = "path_not_allowed"
+
+
+class NotFound(CubicleError):
+    code = "not_found"
+
+
+class DesktopNotFound(NotFound):
+    code = "desktop_not_found"
+
+
+class WindowNotFound(NotFound):
+    code = "window_not_found"
+
+
+class FileNotFound(NotFound):
+    code = "file_not_found"
+
+
+class PayloadTooLarge(CubicleError):
+    code = "payload_too_large"
+
+
+class DesktopUnavailable(CubicleError):
+    code = "desktop_unavailable"
+
+
+class DesktopStarting(DesktopUnavailable):
+    code = "desktop_starting"
+
+
+class DesktopGone(DesktopUnavailable):
+    code = "desktop_gone"
+
+
+class CapacityReached(CubicleError):
+    code = "capacity_reached"
+
+
+class AuthError(CubicleError):
+    code = "unauthorized"
+
+
+class SandboxError(CubicleError):
+    code = "sandbox_error"
+
+
+class SandboxStartError(SandboxError):
+    code = "sandbox_start_failed"
+
+
+class GuestUnreachable(SandboxError):
+    code = "guest_unreachable"
+
+
+class A11yUnavailable(SandboxError):
+    """AT-SPI cannot be reached: no session D-Bus, or at-spi2-core (the a11y bus) missing."""
+
+    code = "a11y_unavailable"
+
+
+def _subclasses(cls: type[CubicleError]) -> list[type[CubicleError]]:
+    found = [cls]
+    for sub in cls.__subclasses__():
+        found.extend(_subclasses(sub))
+    return found
+
+
+BY_CODE: dict[str, type[CubicleError]] = {cls.code: cls for cls in _subclasses(CubicleError)}
+"""Error class for each wire `code`, used to raise the same class across the wire."""
+
+
+def from_code(code: str, message: str) -> CubicleError:
+    """Rebuild the error a peer reported; unknown codes become a plain `CubicleError`."""
+    return BY_CODE.get(code, CubicleError)(message)

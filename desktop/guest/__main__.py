@@ -1,0 +1,5 @@
+import sys
+
+from desktop.guest.daemon import main
+
+sys.exit(main())

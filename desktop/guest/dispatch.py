@@ -1,0 +1,92 @@
+"""Check a batch of actions against the screen, then carry them out in order.
+
+The whole batch is checked before anything runs, so a batch with one bad action (a point
+off the screen, an unknown key) changes nothing on the desktop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from desktop import actions as a
+from desktop.errors import OffScreen
+from desktop.guest.input import InputController
+from desktop.guest.keys import parse_combo, resolve_key
+from desktop.guest.screen import ScreenCapture
+
+RunOnX = Callable[..., Awaitable[Any]]
+"""Runs a blocking function on the thread that owns the X connection."""
+
+
+def _points(action: a.Action) -> list[tuple[int | None, int | None]]:
+    if isinstance(action, a.Drag):
+        return list(action.path)
+    return [(getattr(action, "x", None), getattr(action, "y", None))]
+
+
+def validate(batch: list[a.Action], width: int, height: int) -> None:
+    """Raise OffScreen or UnknownKey for the first action that cannot run as asked."""
+    for index, action in enumerate(batch):
+        where = f"action {index} ({action.type})"
+        for x, y in _points(action):
+            if (x is None) != (y is None):
+                raise OffScreen(f"{where}: give both x and y, or neither")
+            if x is not None and (x >= width or y >= height):
+                raise OffScreen(
+                    f"{where}: point ({x}, {y}) is off the {width}×{height} screen; "
+                    f"x must be 0–{width - 1} and y 0–{height - 1}"
+                )
+        if isinstance(action, a.Key):
+            parse_combo(action.keys)
+        elif isinstance(action, a.KeyDown | a.KeyUp):
+            resolve_key(action.key)
+        elif isinstance(action, a.Click):
+            for name in action.modifiers:
+                resolve_key(name)
+
+
+async def execute(
+    action: a.Action, run_on_x: RunOnX, controller: InputController, screen: ScreenCapture
+) -> a.ActionResult:
+    """Carry out one checked action and report how long it took."""
+    started = time.perf_counter()
+    settled = None
+    match action:
+        case a.Move(x=x, y=y):
+            await run_on_x(controller.move, x, y)
+        case a.Click():
+            await run_on_x(
+                controller.click,
+                action.x,
+                action.y,
+                action.button,
+                action.count,
+                list(action.modifiers),
+            )
+        case a.MouseDown() | a.MouseUp():
+            if action.x is not None:
+                await run_on_x(controller.move, action.x, action.y)
+            press = isinstance(action, a.MouseDown)
+            await run_on_x(controller.button_down if press else controller.button_up, action.button)
+        case a.Drag():
+            await run_on_x(controller.drag, list(action.path), action.button)
+        case a.Scroll():
+            await run_on_x(controller.scroll, action.x, action.y, action.dx, action.dy)
+        case a.Type():
+            await run_on_x(controller.type_text, action.text)
+        case a.Key():
+            await run_on_x(controller.press, action.keys, action.repeat)
+        case a.KeyDown():
+            await run_on_x(controller.key_down, action.key)
+        case a.KeyUp():
+            await run_on_x(controller.key_up, action.key)
+        case a.Wait():
+            await asyncio.sleep(action.ms / 1000)
+        case a.WaitForSettle():
+            settled = await screen.wait_for_settle(action.quiet_ms, action.timeout_ms)
+    return a.ActionResult(
+        type=action.type, elapsed_ms=(time.perf_counter() - started) * 1000, settled=settled
+    )

@@ -1,0 +1,173 @@
+"""Screen capture, image encoding and change detection inside the guest.
+
+Capture uses mss (XShmGetImage through XCB) on a thread of its own, so a screenshot never
+waits behind input or window calls. The X server's software cursor is not part of a
+capture; `cursor=True` draws the current cursor image (XFixes) onto the picture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+import mss
+from PIL import Image
+from Xlib import display as xdisplay
+
+ImageFormat = Literal["png", "jpeg", "webp"]
+
+CONTENT_TYPES: dict[str, str] = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One raw capture of the whole screen."""
+
+    bgra: bytes
+    """Pixels, 4 bytes each (B, G, R, unused), row after row."""
+    width: int
+    """Screen pixels."""
+    height: int
+    """Screen pixels."""
+    captured_at: float
+    """`time.monotonic()` seconds when the capture finished."""
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """An encoded screenshot and how its pixels map back to the screen."""
+
+    data: bytes
+    content_type: str
+    width: int
+    """Image pixels."""
+    height: int
+    """Image pixels."""
+    scale: float
+    """Screen pixels per image pixel: screen_x = image_x × scale."""
+
+
+@dataclass(frozen=True)
+class _CursorImage:
+    x: int
+    y: int
+    image: Image.Image
+
+
+class ScreenCapture:
+    """Grabs and encodes the screen of one X display on a dedicated thread."""
+
+    def __init__(self, display: str) -> None:
+        self._display = display
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture")
+        self._mss: mss.base.MSSBase | None = None
+        self._xlib: xdisplay.Display | None = None
+
+    # --- runs on the capture thread -------------------------------------------------------
+
+    def _grab_sync(self) -> Frame:
+        if self._mss is None:
+            self._mss = mss.MSS(display=self._display)
+        shot = self._mss.grab(self._mss.monitors[0])
+        return Frame(bytes(shot.bgra), shot.width, shot.height, time.monotonic())
+
+    def _cursor_sync(self) -> _CursorImage:
+        if self._xlib is None:
+            self._xlib = xdisplay.Display(self._display)
+            self._xlib.xfixes_query_version()
+        reply = self._xlib.xfixes_get_cursor_image(self._xlib.screen().root)
+        width, height = reply.width, reply.height
+        argb = b"".join(int(p).to_bytes(4, "little") for p in reply.cursor_image)
+        image = Image.frombuffer("RGBA", (width, height), argb, "raw", "BGRA", 0, 1)
+        return _CursorImage(reply.x - reply.xhot, reply.y - reply.yhot, image)
+
+    def _encode_sync(
+        self,
+        frame: Frame,
+        fmt: ImageFormat,
+        quality: int,
+        max_width: int | None,
+        max_height: int | None,
+        cursor: bool,
+    ) -> Encoded:
+        image = Image.frombuffer(
+            "RGB", (frame.width, frame.height), frame.bgra, "raw", "BGRX", 0, 1
+        )
+        if cursor:
+            pointer = self._cursor_sync()
+            image = image.copy()
+            image.paste(pointer.image, (pointer.x, pointer.y), pointer.image)
+        scale = 1.0
+        limits = [frame.width / max_width if max_width else 1.0]
+        limits.append(frame.height / max_height if max_height else 1.0)
+        if max(limits) > 1.0:
+            scale = max(limits)
+            size = (max(1, round(frame.width / scale)), max(1, round(frame.height / scale)))
+            image = image.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
+        buffer = io.BytesIO()
+        if fmt == "png":
+            image.save(buffer, "PNG", compress_level=1)
+        elif fmt == "jpeg":
+            image.save(buffer, "JPEG", quality=quality)
+        else:
+            image.save(buffer, "WEBP", quality=quality, method=0)
+        return Encoded(buffer.getvalue(), CONTENT_TYPES[fmt], image.width, image.height, scale)
+
+    # --- the async surface ----------------------------------------------------------------
+
+    async def grab(self) -> Frame:
+        """Capture the whole screen."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._grab_sync)
+
+    async def screenshot(
+        self,
+        fmt: ImageFormat = "png",
+        *,
+        quality: int = 80,
+        max_width: int | None = None,
+        max_height: int | None = None,
+        cursor: bool = False,
+    ) -> Encoded:
+        """Capture and encode, shrinking (never enlarging) to fit max_width × max_height."""
+
+        def work() -> Encoded:
+            return self._encode_sync(self._grab_sync(), fmt, quality, max_width, max_height, cursor)
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+    async def wait_for_settle(self, quiet_ms: int, timeout_ms: int) -> bool:
+        """Return True once the screen stayed unchanged for `quiet_ms` milliseconds.
+
+        Returns False if it was still changing after `timeout_ms` milliseconds.
+        """
+        deadline = time.monotonic() + timeout_ms / 1000
+        previous = await self.grab()
+        quiet_since = previous.captured_at
+        while True:
+            await asyncio.sleep(min(0.025, quiet_ms / 4000))
+            frame = await self.grab()
+            if frame.bgra != previous.bgra:
+                quiet_since = frame.captured_at
+                previous = frame
+            if frame.captured_at - quiet_since >= quiet_ms / 1000:
+                return True
+            if frame.captured_at >= deadline:
+                return False
+
+    def close(self) -> None:
+        """Release the X connections and the thread; idempotent."""
+
+        def release() -> None:
+            if self._mss is not None:
+                self._mss.close()
+                self._mss = None
+            if self._xlib is not None:
+                self._xlib.close()
+                self._xlib = None
+
+        self._executor.submit(release).result()
+        self._executor.shutdown(wait=True)

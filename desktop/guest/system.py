@@ -1,0 +1,285 @@
+"""Use the desktop as a computer: run commands, move files, open things, launch apps.
+
+Everything here runs inside the sandbox as the desktop's user, so a command sees exactly
+what the desktop sees. Paths given to the files API are resolved against the home
+directory and must stay inside the home directory or /tmp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import stat
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from desktop.errors import FileNotFound, InvalidRequest, PathNotAllowed, PayloadTooLarge
+from desktop.models import ExecChunk, ExecRequest, ExecResult, FileEntry, Launched
+
+APPS: dict[str, list[str]] = {
+    "terminal": ["xfce4-terminal"],
+    "xfce4-terminal": ["xfce4-terminal"],
+    "editor": ["mousepad"],
+    "text editor": ["mousepad"],
+    "mousepad": ["mousepad"],
+    "files": ["thunar"],
+    "file manager": ["thunar"],
+    "thunar": ["thunar"],
+    "browser": ["chromium"],
+    "web browser": ["chromium"],
+    "chromium": ["chromium"],
+}
+"""Application names `launch` understands, beside desktop-file ids and programs on PATH."""
+
+CHROMIUM_FLAGS = (
+    "--no-first-run --no-default-browser-check --disable-background-networking "
+    "--disable-component-update --disable-sync --password-store=basic --test-type"
+)
+"""Read by Debian's chromium wrapper: a quiet browser that calls no one at start."""
+
+_OUTPUT_LIMIT = 10 * 1024 * 1024
+"""Bytes of stdout or stderr kept by a non-streamed exec; the rest is cut."""
+
+
+class System:
+    """Commands, files and applications of one desktop."""
+
+    def __init__(self, home: Path, env: dict[str, str], max_file_bytes: int) -> None:
+        self.home = home
+        self.env = env
+        self.max_file_bytes = max_file_bytes
+        self._allowed = (home.resolve(), Path("/tmp").resolve())
+        self._children: set[asyncio.Task[int]] = set()
+
+    # --- exec -----------------------------------------------------------------------------
+
+    async def _spawn(self, request: ExecRequest) -> asyncio.subprocess.Process:
+        argv = ["/bin/sh", "-c", request.command] if isinstance(request.command, str) else None
+        argv = argv or list(request.command)
+        cwd = self.resolve(request.cwd) if request.cwd else self.home
+        if not cwd.is_dir():
+            raise InvalidRequest(f"cwd {str(cwd)!r} is not a directory inside the desktop")
+        try:
+            return await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=cwd,
+                env={**self.env, **request.env},
+                stdin=asyncio.subprocess.PIPE
+                if request.stdin is not None
+                else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except FileNotFoundError as exc:
+            raise InvalidRequest(f"command not found: {argv[0]!r}") from exc
+        except PermissionError as exc:
+            raise InvalidRequest(f"command not executable: {argv[0]!r}") from exc
+
+    @staticmethod
+    def _kill_group(proc: asyncio.subprocess.Process) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    async def run(self, request: ExecRequest) -> ExecResult:
+        """Run a command to completion (or its timeout) and collect its output."""
+        started = time.monotonic()
+        proc = await self._spawn(request)
+        stdin = request.stdin.encode() if request.stdin is not None else None
+        timed_out = False
+        try:
+            async with asyncio.timeout(request.timeout_s):
+                stdout, stderr = await proc.communicate(stdin)
+        except TimeoutError:
+            timed_out = True
+            self._kill_group(proc)
+            stdout, stderr = b"", b""
+            await proc.wait()
+        finally:
+            if proc.returncode is None:
+                self._kill_group(proc)
+                await proc.wait()
+        return ExecResult(
+            exit_code=None if timed_out else proc.returncode,
+            stdout=stdout[:_OUTPUT_LIMIT].decode(errors="replace"),
+            stderr=stderr[:_OUTPUT_LIMIT].decode(errors="replace"),
+            timed_out=timed_out,
+            elapsed_ms=(time.monotonic() - started) * 1000,
+        )
+
+    async def stream(self, request: ExecRequest) -> AsyncIterator[ExecChunk]:
+        """Run a command, yielding output as it arrives and finally its exit status."""
+        proc = await self._spawn(request)
+        if request.stdin is not None:
+            proc.stdin.write(request.stdin.encode())
+            proc.stdin.close()
+        queue: asyncio.Queue[ExecChunk | None] = asyncio.Queue()
+
+        async def pump(reader: asyncio.StreamReader, name: str) -> None:
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            while chunk := await reader.read(65536):
+                await queue.put(ExecChunk(stream=name, data=decoder.decode(chunk)))
+            if tail := decoder.decode(b"", final=True):
+                await queue.put(ExecChunk(stream=name, data=tail))
+            await queue.put(None)
+
+        pumps = [
+            asyncio.create_task(pump(proc.stdout, "stdout")),
+            asyncio.create_task(pump(proc.stderr, "stderr")),
+        ]
+        deadline = time.monotonic() + request.timeout_s
+        open_streams, code, timed_out = 2, None, False
+        try:
+            # Time out each wait rather than the whole block: the generator is suspended
+            # at `yield` while the caller works, and a scope timeout would cancel the caller.
+            while open_streams:
+                item = await asyncio.wait_for(queue.get(), deadline - time.monotonic())
+                if item is None:
+                    open_streams -= 1
+                else:
+                    yield item
+            code = await asyncio.wait_for(proc.wait(), deadline - time.monotonic())
+        except TimeoutError:
+            timed_out = True
+        finally:
+            # A timeout, or a client that went away mid-stream, ends the whole process group.
+            if proc.returncode is None:
+                self._kill_group(proc)
+                await proc.wait()
+            for task in pumps:
+                task.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+        yield ExecChunk(stream="exit", exit_code=code, timed_out=timed_out)
+
+    # --- files ----------------------------------------------------------------------------
+
+    def resolve(self, path: str) -> Path:
+        """Resolve `~`, relative paths and links; refuse what leaves home and /tmp."""
+        if "\x00" in path:
+            raise InvalidRequest("path contains a NUL byte")
+        raw = Path(path.replace("~", str(self.home), 1) if path.startswith("~") else path)
+        resolved = (self.home / raw).resolve()
+        if not any(resolved == root or root in resolved.parents for root in self._allowed):
+            raise PathNotAllowed(
+                f"{path!r} resolves to {str(resolved)!r}, outside {self.home} and /tmp; "
+                "the files API works there only (use exec for other paths)"
+            )
+        return resolved
+
+    def entry(self, path: Path) -> FileEntry:
+        info = path.lstat()
+        kind = (
+            "link"
+            if stat.S_ISLNK(info.st_mode)
+            else "dir"
+            if stat.S_ISDIR(info.st_mode)
+            else "file"
+            if stat.S_ISREG(info.st_mode)
+            else "other"
+        )
+        return FileEntry(
+            name=path.name,
+            path=str(path),
+            type=kind,
+            size=info.st_size,
+            modified=datetime.fromtimestamp(info.st_mtime, UTC),
+        )
+
+    def list_dir(self, path: Path) -> list[FileEntry]:
+        return sorted((self.entry(child) for child in path.iterdir()), key=lambda e: e.name)
+
+    def stat_path(self, path: str) -> tuple[Path, FileEntry]:
+        resolved = self.resolve(path)
+        try:
+            return resolved, self.entry(resolved)
+        except FileNotFoundError as exc:
+            raise FileNotFound(f"no file or directory at {str(resolved)!r}") from exc
+
+    def write(self, path: str, data: bytes) -> FileEntry:
+        """Write bytes to a file, creating parent directories; atomic on the same file system."""
+        if len(data) > self.max_file_bytes:
+            raise PayloadTooLarge(
+                f"upload of {len(data)} bytes is over the {self.max_file_bytes}-byte limit"
+            )
+        target = self.resolve(path)
+        if target.is_dir():
+            raise InvalidRequest(f"{str(target)!r} is a directory; give a file path")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+        partial.write_bytes(data)
+        partial.replace(target)
+        return self.entry(target)
+
+    def delete(self, path: str) -> None:
+        target, entry = self.stat_path(path)
+        if target in self._allowed:
+            raise PathNotAllowed(f"refusing to delete {str(target)!r} itself")
+        if entry.type == "dir":
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+
+    # --- applications ---------------------------------------------------------------------
+
+    def _app_argv(self, app: str) -> list[str]:
+        name = app.strip().lower()
+        if name in APPS:
+            return list(APPS[name])
+        desktop_file = Path("/usr/share/applications") / f"{app.removesuffix('.desktop')}.desktop"
+        if desktop_file.is_file():
+            for line in desktop_file.read_text(errors="replace").splitlines():
+                if line.startswith("Exec="):
+                    return [a for a in shlex.split(line[5:]) if not a.startswith("%")]
+        for directory in self.env.get("PATH", "/usr/bin").split(":"):
+            candidate = Path(directory) / app
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return [str(candidate)]
+        known = ", ".join(sorted({k for k in APPS if " " not in k}))
+        raise InvalidRequest(
+            f"unknown application {app!r}: use one of {known}, a desktop-file id from "
+            "/usr/share/applications, or a program on PATH"
+        )
+
+    async def _detach(self, argv: list[str]) -> Launched:
+        log = os.open("/tmp/cubicle-apps.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=self.home,
+                env={**self.env, "CHROMIUM_FLAGS": CHROMIUM_FLAGS},
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise InvalidRequest(f"could not start {argv[0]!r}: {exc.strerror}") from exc
+        finally:
+            os.close(log)
+        reaper = asyncio.create_task(proc.wait())
+        self._children.add(reaper)
+        reaper.add_done_callback(self._children.discard)
+        return Launched(pid=proc.pid, command=argv)
+
+    async def launch(self, app: str, args: list[str]) -> Launched:
+        """Start a desktop application by name and return at once."""
+        return await self._detach([*self._app_argv(app), *args])
+
+    async def open(self, target: str) -> Launched:
+        """Open a file or URL with its default application."""
+        if "://" not in target:
+            path, _ = self.stat_path(target)
+            target = str(path)
+        return await self._detach(["exo-open", target])
+
+    async def stop(self) -> None:
+        for task in list(self._children):
+            task.cancel()
+        await asyncio.gather(*self._children, return_exceptions=True)

@@ -1,0 +1,223 @@
+"""The sandbox manager: every desktop's lifecycle, above whichever runtime starts them.
+
+It creates desktops and waits until they are drawn, hands out guest clients to the API,
+stops desktops that sat idle past their timeout, and notices when one dies, so that calls
+to it answer 410 with the reason instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from desktop.errors import (
+    CapacityReached,
+    DesktopGone,
+    DesktopNotFound,
+    DesktopStarting,
+    SandboxStartError,
+)
+from desktop.guest_client import GuestClient
+from desktop.models import CreateDesktop, DesktopInfo, DesktopStatus, Screen
+from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
+from desktop.settings import Settings
+
+log = logging.getLogger("cubicle.manager")
+
+KEEP_ENDED = 100
+"""How many failed or stopped desktops stay listed (with their reason) until deleted."""
+
+
+@dataclass
+class _Desktop:
+    spec: SandboxSpec
+    timeout_s: int
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    status: DesktopStatus = "starting"
+    reason: str | None = None
+    startup_ms: float | None = None
+    last_used: float = field(default_factory=time.monotonic)
+    sandbox: Sandbox | None = None
+    client: GuestClient | None = None
+    watcher: asyncio.Task | None = None
+
+    def info(self) -> DesktopInfo:
+        expires = None
+        if self.status == "ready":
+            idle = time.monotonic() - self.last_used
+            expires = datetime.now(UTC) + timedelta(seconds=max(0.0, self.timeout_s - idle))
+        return DesktopInfo(
+            id=self.spec.id,
+            status=self.status,
+            screen=Screen(width=self.spec.width, height=self.spec.height),
+            network=self.spec.network,
+            created_at=self.created_at,
+            timeout_s=self.timeout_s,
+            expires_at=expires,
+            reason=self.reason,
+            startup_ms=self.startup_ms,
+        )
+
+
+class SandboxManager:
+    """Creates, tracks and stops the desktops of one service."""
+
+    def __init__(self, runtime: Runtime, settings: Settings) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self._desktops: OrderedDict[str, _Desktop] = OrderedDict()
+        self._reaper: asyncio.Task | None = None
+
+    # --- lifecycle of the manager -----------------------------------------------------------
+
+    def start(self) -> None:
+        if self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap_idle(), name="reap-idle-desktops")
+
+    async def stop(self) -> None:
+        """Stop every desktop this manager started; idempotent."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+        await asyncio.gather(
+            *(self._end(d, "stopped", "the service shut down") for d in self._desktops.values()),
+            return_exceptions=True,
+        )
+
+    # --- desktops ------------------------------------------------------------------------
+
+    async def create(self, request: CreateDesktop) -> DesktopInfo:
+        """Start a desktop and return once it is drawn and its guest answers."""
+        running = sum(d.status in ("starting", "ready") for d in self._desktops.values())
+        if running >= self.settings.max_desktops:
+            raise CapacityReached(
+                f"{running} desktops are running, the limit is {self.settings.max_desktops}: "
+                "kill one (DELETE /api/desktops/{id}) or raise CUBICLE_MAX_DESKTOPS"
+            )
+        width, height = request.resolution
+        spec = SandboxSpec(
+            id=uuid.uuid4().hex[:12],
+            width=width,
+            height=height,
+            network=request.network,
+            memory_mb=request.memory_mb or self.settings.memory_mb,
+            max_pids=request.max_pids or self.settings.max_pids,
+            cpu_cores=self.settings.cpu_cores,
+            max_file_bytes=self.settings.max_upload_bytes,
+        )
+        record = _Desktop(spec=spec, timeout_s=request.timeout_s)
+        self._desktops[spec.id] = record
+        started = time.perf_counter()
+        try:
+            record.sandbox = await self.runtime.start(spec)
+            async with asyncio.timeout(self.settings.start_timeout_s):
+                await self._until_ready(record.sandbox)
+        except BaseException as exc:
+            reason = str(exc) if isinstance(exc, SandboxStartError) else None
+            if isinstance(exc, TimeoutError):
+                reason = f"the desktop was not drawn within {self.settings.start_timeout_s:.0f} s"
+            del self._desktops[spec.id]
+            if record.sandbox is not None:
+                await record.sandbox.stop()
+            if reason is not None:
+                raise SandboxStartError(f"desktop {spec.id} did not start: {reason}") from exc
+            raise
+        record.startup_ms = (time.perf_counter() - started) * 1000
+        record.client = GuestClient(record.sandbox.socket_path)
+        record.status = "ready"
+        record.last_used = time.monotonic()
+        record.watcher = asyncio.create_task(self._watch(record), name=f"watch-{spec.id}")
+        log.info("desktop %s ready in %.0f ms", spec.id, record.startup_ms)
+        return record.info()
+
+    @staticmethod
+    async def _until_ready(sandbox: Sandbox) -> None:
+        async for event in sandbox.events():
+            log.debug("desktop %s: %s", sandbox.id, event)
+            if event.get("event") == "ready":
+                return
+            if event.get("event") == "failed":
+                raise SandboxStartError(event.get("reason", "the guest reported a failure"))
+        raise SandboxStartError(await sandbox.wait())
+
+    async def _watch(self, record: _Desktop) -> None:
+        """Drain the guest's events and mark the desktop failed when its sandbox ends."""
+        assert record.sandbox is not None
+        async for _ in record.sandbox.events():
+            pass
+        reason = await record.sandbox.wait()
+        if record.status == "ready":
+            log.warning("desktop %s failed: %s", record.spec.id, reason)
+            await self._end(record, "failed", reason)
+
+    async def _end(self, record: _Desktop, status: DesktopStatus, reason: str) -> None:
+        if record.status in ("failed", "stopped"):
+            return
+        record.status, record.reason = status, reason
+        if record.watcher is not None and record.watcher is not asyncio.current_task():
+            record.watcher.cancel()
+        if record.client is not None:
+            await record.client.close()
+        if record.sandbox is not None:
+            await record.sandbox.stop()
+        ended = [k for k, d in self._desktops.items() if d.status in ("failed", "stopped")]
+        for key in ended[:-KEEP_ENDED]:
+            del self._desktops[key]
+
+    def _record(self, desktop_id: str) -> _Desktop:
+        try:
+            return self._desktops[desktop_id]
+        except KeyError:
+            raise DesktopNotFound(
+                f"no desktop {desktop_id!r}: list them with GET /api/desktops"
+            ) from None
+
+    def list(self) -> list[DesktopInfo]:
+        return [record.info() for record in self._desktops.values()]
+
+    def get(self, desktop_id: str) -> DesktopInfo:
+        return self._record(desktop_id).info()
+
+    def guest(self, desktop_id: str) -> GuestClient:
+        """The guest client of a ready desktop; counts as activity for the idle timeout."""
+        record = self._record(desktop_id)
+        if record.status == "starting":
+            raise DesktopStarting(f"desktop {desktop_id} is still starting: retry in a moment")
+        if record.status != "ready" or record.client is None:
+            raise DesktopGone(f"desktop {desktop_id} is {record.status}: {record.reason}")
+        record.last_used = time.monotonic()
+        return record.client
+
+    def sandbox(self, desktop_id: str) -> Sandbox | None:
+        return self._record(desktop_id).sandbox
+
+    def extend(self, desktop_id: str, timeout_s: int) -> DesktopInfo:
+        """Set a new idle timeout, counted from now."""
+        self.guest(desktop_id)
+        record = self._record(desktop_id)
+        record.timeout_s = timeout_s
+        return record.info()
+
+    async def kill(self, desktop_id: str) -> None:
+        """Stop a desktop and forget it."""
+        record = self._record(desktop_id)
+        await self._end(record, "stopped", "killed through the API")
+        self._desktops.pop(desktop_id, None)
+
+    async def _reap_idle(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reap_interval_s)
+            now = time.monotonic()
+            for record in list(self._desktops.values()):
+                idle = now - record.last_used
+                if record.status == "ready" and idle > record.timeout_s:
+                    log.info("desktop %s idle for %.0f s: stopping", record.spec.id, idle)
+                    await self._end(record, "stopped", f"idle for more than {record.timeout_s} s")

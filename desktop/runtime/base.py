@@ -1,0 +1,64 @@
+"""What every runtime provides: start a sandbox, hand back its guest endpoint, stop it.
+
+Health, timeouts and bookkeeping live once in `desktop.manager`, above all runtimes.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What a sandbox should be."""
+
+    id: str
+    width: int
+    """Screen pixels."""
+    height: int
+    """Screen pixels."""
+    network: bool
+    memory_mb: int
+    """Memory limit in MiB for everything inside the sandbox."""
+    max_pids: int
+    """Most processes and threads inside the sandbox."""
+    cpu_cores: float
+    """CPU time the sandbox may use, in cores."""
+    max_file_bytes: int
+    """Largest file the guest accepts through the files API, in bytes."""
+
+
+class Sandbox(abc.ABC):
+    """A started sandbox: where its guest listens, its progress, and how to end it."""
+
+    id: str
+    socket_path: str
+    """Unix socket of the guest daemon, as seen from the host."""
+
+    @abc.abstractmethod
+    def events(self) -> AsyncIterator[dict]:
+        """The guest's progress events (`{"event": ...}`) until it stops reporting."""
+
+    @abc.abstractmethod
+    async def wait(self) -> str:
+        """Wait until the sandbox has ended; returns why, in words."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """End the sandbox and everything in it, and free its resources; idempotent."""
+
+    @abc.abstractmethod
+    def pids(self) -> list[int]:
+        """Host process ids of everything running in the sandbox (for measurements)."""
+
+
+class Runtime(abc.ABC):
+    """Starts sandboxes of one kind."""
+
+    name: str
+
+    @abc.abstractmethod
+    async def start(self, spec: SandboxSpec) -> Sandbox:
+        """Start a sandbox; returns once it is spawned, before the desktop is ready."""
