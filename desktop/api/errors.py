@@ -68,6 +68,14 @@ def install(app: FastAPI) -> None:
             {"error": "invalid_request", "detail": "; ".join(problems)}, status_code=422
         )
 
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error", exc_info=exc)
+        return JSONResponse(
+            {"error": "internal_error", "detail": f"{type(exc).__name__}: see the service log"},
+            status_code=500,
+        )
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -35,6 +36,8 @@ GUEST_HOME = "/home/user"
 GUEST_RUN = "/run/cubicle"
 HOST_UID_BASE = 200_000
 """Host user ids of sandboxes when the service runs as root: base + slot."""
+UID_SLOTS = 1000
+LOCK_DIR = Path("/run/lock/cubicle")
 
 ETC_ALLOWLIST = (
     "alternatives", "bash.bashrc", "ca-certificates", "chromium", "chromium.d",
@@ -170,24 +173,38 @@ class LocalSandbox(Sandbox):
         await asyncio.to_thread(shutil.rmtree, self._directory, True)
         self._release_slot()
 
-    async def attach_network(self, child_pid: int, run_as: list[str]) -> None:
-        """Give the sandbox's network namespace a slirp4netns user-mode network."""
+    async def attach_network(self, child_pid: int) -> None:
+        """Give the sandbox's network namespace a slirp4netns user-mode network.
+
+        slirp4netns enters the namespace by path: the sandbox's user namespace is nested
+        below the one that owns its network namespace, so joining it (slirp's default)
+        would leave slirp without the right to enter. That takes root, so slirp confines
+        itself (`--enable-sandbox`: empty root, no capabilities; and seccomp).
+        """
         ready_r, ready_w = os.pipe()
-        self._slirp = await asyncio.create_subprocess_exec(
-            *run_as,
-            "slirp4netns",
-            "--configure",
-            "--mtu=65520",
-            "--disable-host-loopback",
-            f"--ready-fd={ready_w}",
-            str(child_pid),
-            "tap0",
-            pass_fds=(ready_w,),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        os.close(ready_w)
+        try:
+            self._slirp = await asyncio.create_subprocess_exec(
+                "slirp4netns",
+                "--configure",
+                "--mtu=65520",
+                "--disable-host-loopback",
+                "--enable-sandbox",
+                "--enable-seccomp",
+                f"--ready-fd={ready_w}",
+                "--netns-type=path",
+                f"/proc/{child_pid}/ns/net",
+                "tap0",
+                pass_fds=(ready_w,),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+        except FileNotFoundError as exc:
+            raise SandboxStartError(
+                "slirp4netns is not installed: run scripts/bootstrap.sh"
+            ) from exc
+        finally:
+            os.close(ready_w)
         try:
             ready = await asyncio.wait_for(asyncio.to_thread(os.read, ready_r, 1), 10)
         finally:
@@ -206,7 +223,7 @@ class LocalRuntime(Runtime):
         self.max_sandboxes = max_sandboxes
         self.as_root = os.geteuid() == 0
         self.limits = "cgroups" if self.as_root and cgroups.available() else "rlimits"
-        self._free_slots = set(range(max_sandboxes))
+        self._running = 0
         self._python_paths, self._code_root = _python_paths()
         self.root.mkdir(parents=True, exist_ok=True)
         if self.as_root:  # sandbox users must walk into their own directory, not list others
@@ -286,23 +303,57 @@ class LocalRuntime(Runtime):
             "PYTHONDONTWRITEBYTECODE": "1",
         }
 
+    def _claim_uid(self) -> tuple[int, int]:
+        """A host user id no other sandbox on this host holds, and the lock that holds it.
+
+        Several services may run on one host (tests, benchmarks): a lock file per user id
+        keeps two sandboxes from ever sharing one, and the kernel drops the lock when the
+        holder dies, so a crash leaks nothing.
+        """
+        LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for slot in range(UID_SLOTS):
+            uid = HOST_UID_BASE + slot
+            fd = os.open(LOCK_DIR / f"uid-{uid}", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return uid, fd
+        raise CapacityReached(f"all {UID_SLOTS} sandbox user ids on this host are in use")
+
     async def start(self, spec: SandboxSpec) -> Sandbox:
-        if not self._free_slots:
+        if self._running >= self.max_sandboxes:
             raise CapacityReached(
                 f"all {self.max_sandboxes} desktop slots are in use: kill a desktop first"
             )
-        slot = min(self._free_slots)
-        self._free_slots.discard(slot)
-        host_uid = HOST_UID_BASE + slot if self.as_root else None
+        if spec.network and not self.as_root:
+            raise SandboxStartError(
+                "network: true needs the service to run as root (slirp4netns must enter "
+                "the sandbox's network namespace); run without network or as root"
+            )
+        host_uid, lock_fd = self._claim_uid() if self.as_root else (None, None)
+        self._running += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            self._running -= 1
+            if lock_fd is not None:
+                os.close(lock_fd)
+
         try:
-            return await self._start(spec, slot, host_uid)
+            return await self._start(spec, host_uid, release)
         except BaseException:
-            self._free_slots.add(slot)
+            release()
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(shutil.rmtree, self.root / spec.id, True)
             raise
 
-    async def _start(self, spec: SandboxSpec, slot: int, host_uid: int | None) -> Sandbox:
+    async def _start(self, spec: SandboxSpec, host_uid: int | None, release) -> Sandbox:
         directory, etc_files = await asyncio.to_thread(self._prepare, spec, host_uid)
         binds = _Binds(host_uid)
         for dest, source in etc_files.items():
@@ -366,13 +417,11 @@ class LocalRuntime(Runtime):
         await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(status), os.fdopen(status_r, "rb", 0)
         )
-        sandbox = LocalSandbox(
-            spec, directory, process, status, cgroup, lambda: self._free_slots.add(slot)
-        )
+        sandbox = LocalSandbox(spec, directory, process, status, cgroup, release)
         try:
             info = await asyncio.wait_for(asyncio.to_thread(_read_json, info_r), 10)
             if spec.network:
-                await sandbox.attach_network(info["child-pid"], run_as)
+                await sandbox.attach_network(info["child-pid"])
         except BaseException:
             await sandbox.stop()
             raise
