@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install what Cubicle needs on Debian 12 and skip what is already there:
+# the desktop's packages (images/packages.txt), the sandbox tools, and a virtualenv.
+#   scripts/bootstrap.sh          for running the service
+#   scripts/bootstrap.sh test     also what the tests and benchmarks use
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-run}
+
+host_packages=(bubblewrap slirp4netns util-linux procps psmisc python3 python3-venv python3-dev gcc)
+test_packages=(xdotool scrot x11vnc novnc)
+
+packages=($(grep -v -e '^#' -e '^$' images/packages.txt) "${host_packages[@]}")
+[ "$mode" = test ] && packages+=("${test_packages[@]}")
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "==> installing ${#missing[@]} Debian packages: ${missing[*]}"
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -q
+    $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    echo "==> Debian packages: all ${#packages[@]} installed"
+fi
+
+# Debian's interpreter, so python3-gi (AT-SPI) is importable from the virtualenv.
+if [ ! -x .venv/bin/python ]; then
+    echo "==> creating .venv"
+    /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+extras=""; [ "$mode" = test ] && extras="[test]"
+stamp=".venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)$extras"
+if [ ! -f "$stamp" ]; then
+    echo "==> installing Python packages${extras:+ with $extras}"
+    .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
+    .venv/bin/pip install -q --disable-pip-version-check -e ".$extras"
+    touch "$stamp"
+else
+    echo "==> Python packages: up to date"
+fi

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Install what is missing, then run the service on 127.0.0.1:8000 and print its URL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+exec .venv/bin/cubicle serve "$@"

@@ -1,0 +1,86 @@
+"""The Python SDK, blocking and asyncio, against the running service."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pytest
+from PIL import Image
+
+from desktop import AsyncDesktop, Desktop, DesktopNotFound, OffScreen, UnknownKey, list_desktops
+from desktop.guest.a11y import find
+
+
+def _wait_for(fetch, what: str, timeout_s: float = 10.0):
+    deadline = time.monotonic() + timeout_s
+    while not (value := fetch()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def test_blocking_sdk_drives_a_desktop(service):
+    with Desktop.create(base_url=service.url, token=service.token) as d:
+        assert d.get_screen_size() == (1280, 800)
+        d.move_mouse(100, 200)
+        assert d.get_cursor_position() == (100, 200)
+        d.launch("mousepad")
+        editor = _wait_for(lambda: d.get_application_windows("mousepad"), "mousepad")[0]
+        d.left_click(editor.x + 100, editor.y + 150)
+        d.write("sdk ✓")
+        d.press(["ctrl", "a"])
+        d.press("ctrl+c")
+        assert d.get_clipboard() == "sdk ✓"
+        assert d.wait_for_settle(quiet_ms=200)
+        shot = Image.open(io.BytesIO(d.screenshot("jpeg", max_width=640)))
+        assert shot.size == (640, 400)
+        assert d.commands.run("echo $HOME").stdout == "/home/user\n"
+        d.files.write("~/from-sdk.txt", "bytes ✓")
+        assert d.files.read("~/from-sdk.txt") == "bytes ✓".encode()
+        assert "from-sdk.txt" in [f.name for f in d.files.list("~")]
+        with pytest.raises(OffScreen):
+            d.left_click(5000, 5000)
+        with pytest.raises(UnknownKey):
+            d.press("ctrl+nope")
+        desktop_id = d.id
+    with pytest.raises(DesktopNotFound):
+        Desktop.connect(desktop_id, base_url=service.url, token=service.token)
+
+
+def test_a_click_on_a_menu_opens_it(service):
+    """Find mousepad's Search menu in the accessibility tree, click it, see its items."""
+    with Desktop.create(base_url=service.url, token=service.token) as d:
+        d.launch("mousepad")
+        _wait_for(lambda: d.get_application_windows("mousepad"), "mousepad")
+        menu = _wait_for(
+            lambda: find(d.accessibility_tree("mousepad"), name="Search", role="menu"),
+            "the Search menu in the accessibility tree",
+        )[0]
+        x, y = menu.x + menu.width // 2, menu.y + menu.height // 2
+        d.left_click(x, y)
+        assert d.get_cursor_position() == (x, y)
+        items = _wait_for(
+            lambda: find(
+                d.accessibility_tree("mousepad"), name="Find and Replace", role="menu item"
+            ),
+            "the Search menu's items to show",
+        )
+        assert items[0].y >= menu.y + menu.height  # the open menu hangs below its title
+        opened = find(d.accessibility_tree("mousepad"), name="Search", role="menu")[0]
+        assert "selected" in opened.states
+
+
+async def test_async_sdk_drives_a_desktop(service):
+    async with await AsyncDesktop.create(base_url=service.url, token=service.token) as d:
+        listed = await list_desktops(base_url=service.url, token=service.token)
+        assert d.id in [info.id for info in listed]
+        await d.double_click(640, 400)
+        assert await d.get_cursor_position() == (640, 400)
+        await d.scroll("down", 3, x=640, y=400)
+        result = await d.commands.run(["printf", "%s", "argv ✓"])
+        assert result.stdout == "argv ✓" and result.exit_code == 0
+        png = await d.screenshot()
+        assert png.startswith(b"\x89PNG")
+        await d.set_timeout(900)
+        assert (await d.refresh()).timeout_s == 900
