@@ -34,8 +34,8 @@ class Settings(BaseSettings):
     """Default memory limit of a desktop, MiB."""
     max_pids: Annotated[int, Field(ge=64)] = 1024
     """Default process and thread limit of a desktop."""
-    cpu_cores: Annotated[float, Field(gt=0)] = 1.0
-    """CPU time one desktop may use, in cores."""
+    cpu_cores: Annotated[float, Field(gt=0)] | None = None
+    """CPU time one desktop may use, in cores; unset, desktops share the CPU by equal weight."""
     max_upload_mb: Annotated[int, Field(ge=1)] = 100
     """Largest file accepted by the files API, MiB."""
     start_timeout_s: Annotated[float, Field(gt=0)] = 30.0

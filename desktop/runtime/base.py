@@ -24,8 +24,8 @@ class SandboxSpec:
     """Memory limit in MiB for everything inside the sandbox."""
     max_pids: int
     """Most processes and threads inside the sandbox."""
-    cpu_cores: float
-    """CPU time the sandbox may use, in cores."""
+    cpu_cores: float | None
+    """CPU time the sandbox may use, in cores; None for no hard cap (equal CPU weight)."""
     max_file_bytes: int
     """Largest file the guest accepts through the files API, in bytes."""
 

@@ -33,7 +33,7 @@ class Cgroup:
     paths: tuple[Path, ...]
 
     @classmethod
-    def create(cls, name: str, *, memory_mb: int, max_pids: int, cpu_cores: float) -> Cgroup:
+    def create(cls, name: str, *, memory_mb: int, max_pids: int, cpu_cores: float | None) -> Cgroup:
         paths = tuple(ROOT / controller / PARENT / name for controller in CONTROLLERS)
         for path in paths:
             path.mkdir(parents=True, exist_ok=True)
@@ -42,8 +42,9 @@ class Cgroup:
         with contextlib.suppress(OSError):  # absent without swap accounting
             (memory / "memory.memsw.limit_in_bytes").write_text(str(memory_mb * 1024 * 1024))
         (pids / "pids.max").write_text(str(max_pids))
-        (cpu / "cpu.cfs_period_us").write_text("100000")
-        (cpu / "cpu.cfs_quota_us").write_text(str(int(cpu_cores * 100_000)))
+        if cpu_cores is not None:
+            (cpu / "cpu.cfs_period_us").write_text("100000")
+            (cpu / "cpu.cfs_quota_us").write_text(str(int(cpu_cores * 100_000)))
         return cls(paths)
 
     @property
