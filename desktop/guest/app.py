@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 
 from desktop import actions as a
 from desktop.api.errors import install as install_error_handlers
-from desktop.errors import GuestUnreachable, InvalidRequest, PayloadTooLarge
+from desktop.errors import DesktopGone, InvalidRequest, PayloadTooLarge
 from desktop.guest import a11y, dispatch, windows
 from desktop.guest.daemon import VERSION, Guest
 from desktop.models import (
@@ -44,7 +44,7 @@ def create_app(guest: Guest) -> FastAPI:
 
     def check_alive() -> None:
         if guest.failure:
-            raise GuestUnreachable(f"the desktop session died: {guest.failure}")
+            raise DesktopGone(f"the desktop session died: {guest.failure}")
 
     @app.get("/health")
     async def health() -> Health:

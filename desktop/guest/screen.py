@@ -66,6 +66,7 @@ class ScreenCapture:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture")
         self._mss: mss.base.MSSBase | None = None
         self._xlib: xdisplay.Display | None = None
+        self._closed = False
 
     # --- runs on the capture thread -------------------------------------------------------
 
@@ -160,6 +161,9 @@ class ScreenCapture:
 
     def close(self) -> None:
         """Release the X connections and the thread; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
 
         def release() -> None:
             if self._mss is not None:

@@ -87,6 +87,7 @@ def start_xvfb(width: int, height: int, display_number: int = 0) -> tuple[subpro
         "-br",  # black root until xfdesktop paints, so painting can be detected
         "-s",
         "0",  # no screen saver blanking
+        "-dpms",  # and no monitor power saving
         "-displayfd",
         str(write_fd),
     ]

@@ -45,7 +45,7 @@ CHROMIUM_FLAGS = (
 """Read by Debian's chromium wrapper: a quiet browser that calls no one at start."""
 
 _OUTPUT_LIMIT = 10 * 1024 * 1024
-"""Bytes of stdout or stderr kept by a non-streamed exec; the rest is cut."""
+"""Characters of stdout or stderr kept by a non-streamed exec; the rest is dropped."""
 
 
 class System:
@@ -89,30 +89,27 @@ class System:
             os.killpg(proc.pid, signal.SIGKILL)
 
     async def run(self, request: ExecRequest) -> ExecResult:
-        """Run a command to completion (or its timeout) and collect its output."""
+        """Run a command to completion (or its timeout) and collect its output.
+
+        Output past `_OUTPUT_LIMIT` bytes per stream is read and dropped, so a chatty
+        command can neither block on a full pipe nor fill the guest's memory.
+        """
         started = time.monotonic()
-        proc = await self._spawn(request)
-        stdin = request.stdin.encode() if request.stdin is not None else None
-        timed_out = False
-        try:
-            async with asyncio.timeout(request.timeout_s):
-                stdout, stderr = await proc.communicate(stdin)
-        except TimeoutError:
-            timed_out = True
-            self._kill_group(proc)
-            stdout, stderr = b"", b""
-            await proc.wait()
-        finally:
-            if proc.returncode is None:
-                self._kill_group(proc)
-                await proc.wait()
-        return ExecResult(
-            exit_code=None if timed_out else proc.returncode,
-            stdout=stdout[:_OUTPUT_LIMIT].decode(errors="replace"),
-            stderr=stderr[:_OUTPUT_LIMIT].decode(errors="replace"),
-            timed_out=timed_out,
-            elapsed_ms=(time.monotonic() - started) * 1000,
-        )
+        kept = {"stdout": [], "stderr": []}
+        sizes = {"stdout": 0, "stderr": 0}
+        async for chunk in self.stream(request):
+            if chunk.stream == "exit":
+                return ExecResult(
+                    exit_code=chunk.exit_code,
+                    stdout="".join(kept["stdout"]),
+                    stderr="".join(kept["stderr"]),
+                    timed_out=chunk.timed_out,
+                    elapsed_ms=(time.monotonic() - started) * 1000,
+                )
+            if sizes[chunk.stream] < _OUTPUT_LIMIT:
+                kept[chunk.stream].append(chunk.data[: _OUTPUT_LIMIT - sizes[chunk.stream]])
+                sizes[chunk.stream] += len(chunk.data)
+        raise AssertionError("exec stream ended without an exit record")
 
     async def stream(self, request: ExecRequest) -> AsyncIterator[ExecChunk]:
         """Run a command, yielding output as it arrives and finally its exit status."""

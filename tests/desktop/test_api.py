@@ -81,6 +81,8 @@ def test_exec_returns_output_and_exit_code(api, desktop):
     base = f"/api/desktops/{desktop['id']}/exec"
     result = api.post(base, json={"command": "echo out; echo err >&2; exit 3"}).json()
     assert (result["stdout"], result["stderr"], result["exit_code"]) == ("out\n", "err\n", 3)
+    fed = api.post(base, json={"command": ["wc", "-c"], "stdin": "naïve"}).json()
+    assert fed["stdout"].strip() == "6"
     timed = api.post(base, json={"command": "sleep 30", "timeout_s": 0.5}).json()
     assert timed["timed_out"] is True and timed["exit_code"] is None
 
