@@ -76,6 +76,7 @@ class Guest:
         await self.system.stop()
         self.clipboard.stop()
         self.screen.close()
+        self._x.submit(self.input.close).result()
         self._x.submit(self.display.close).result()
         self._x.shutdown(wait=True)
 
