@@ -8,13 +8,17 @@
     ├── NotFound                  (404)
     │   ├── DesktopNotFound
     │   ├── WindowNotFound
-    │   └── FileNotFound
+    │   ├── FileNotFound
+    │   ├── ViewerNotFound        a live-view session id that is not (or no longer) connected
+    │   └── RecordingNotFound
+    ├── Conflict                  the desktop's current state does not allow this now (409)
     ├── PayloadTooLarge           an upload over the configured limit (413)
     ├── DesktopUnavailable        the desktop exists but cannot take calls
     │   ├── DesktopStarting       still booting (409)
     │   └── DesktopGone           failed or stopped; `reason` says why (410)
     ├── CapacityReached           no room for another desktop (429)
     ├── AuthError                 missing or wrong token (401)
+    │   └── Forbidden             a valid token that does not allow this call (403)
     └── SandboxError              the runtime or the guest broke (500/502)
         ├── SandboxStartError     a desktop did not come up
         ├── GuestUnreachable      the guest daemon stopped answering
@@ -73,6 +77,18 @@ class FileNotFound(NotFound):
     code = "file_not_found"
 
 
+class ViewerNotFound(NotFound):
+    code = "viewer_not_found"
+
+
+class RecordingNotFound(NotFound):
+    code = "recording_not_found"
+
+
+class Conflict(CubicleError):
+    code = "conflict"
+
+
 class PayloadTooLarge(CubicleError):
     code = "payload_too_large"
 
@@ -97,6 +113,12 @@ class AuthError(CubicleError):
     code = "unauthorized"
 
 
+class Forbidden(AuthError):
+    """The token is valid but limited, e.g. a view-only share link asking for control."""
+
+    code = "forbidden"
+
+
 class SandboxError(CubicleError):
     code = "sandbox_error"
 
@@ -115,17 +137,18 @@ class A11yUnavailable(SandboxError):
     code = "a11y_unavailable"
 
 
-def _subclasses(cls: type[CubicleError]) -> list[type[CubicleError]]:
-    found = [cls]
-    for sub in cls.__subclasses__():
-        found.extend(_subclasses(sub))
+def error_classes() -> list[type[CubicleError]]:
+    """Every error class defined so far, the root first (other rooms add branches)."""
+    found: list[type[CubicleError]] = []
+    pending: list[type[CubicleError]] = [CubicleError]
+    while pending:
+        cls = pending.pop(0)
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
     return found
-
-
-BY_CODE: dict[str, type[CubicleError]] = {cls.code: cls for cls in _subclasses(CubicleError)}
-"""Error class for each wire `code`, used to raise the same class across the wire."""
 
 
 def from_code(code: str, message: str) -> CubicleError:
     """Rebuild the error a peer reported; unknown codes become a plain `CubicleError`."""
-    return BY_CODE.get(code, CubicleError)(message)
+    by_code = {cls.code: cls for cls in error_classes()}
+    return by_code.get(code, CubicleError)(message)

@@ -1,0 +1,50 @@
+"""The names users import from `agent` are pinned: changing them is a breaking change."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import agent
+import agent.grounding
+from desktop import errors
+
+
+def test_public_names_are_pinned():
+    assert agent.__all__ == [
+        "AgentError",
+        "Grounder",
+        "GroundingError",
+        "GroundingResult",
+        "ModelError",
+        "VlmGrounder",
+        "smart_resize",
+    ]
+    for name in agent.__all__:
+        assert getattr(agent, name).__name__ == name
+    assert agent.grounding.__all__ == [
+        "FAMILIES",
+        "Family",
+        "Grounder",
+        "GroundingResult",
+        "VlmGrounder",
+        "get_family",
+        "smart_resize",
+    ]
+
+
+def test_agent_errors_travel_like_every_other_code():
+    from agent.errors import AgentError, GroundingError, ModelError
+
+    for cls in (AgentError, GroundingError, ModelError):
+        rebuilt = errors.from_code(cls.code, "message")
+        assert type(rebuilt) is cls and rebuilt.message == "message"
+        assert isinstance(rebuilt, errors.CubicleError)
+
+
+def test_importing_agent_loads_no_model_client():
+    code = "import sys, agent; print('openai' in sys.modules, 'PIL' in sys.modules)"
+    output = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert output.split() == ["False", "False"]
