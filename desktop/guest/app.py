@@ -19,6 +19,7 @@ from desktop.api.errors import install as install_error_handlers
 from desktop.errors import DesktopGone, InvalidRequest, PayloadTooLarge
 from desktop.guest import a11y, dispatch, windows
 from desktop.guest.daemon import VERSION, Guest
+from desktop.guest.frames import frames_router
 from desktop.models import (
     A11yTree,
     ClipboardText,
@@ -41,6 +42,7 @@ _entries = TypeAdapter(list[FileEntry])
 def create_app(guest: Guest) -> FastAPI:
     app = FastAPI(title="Cubicle guest", version=VERSION, docs_url=None, redoc_url=None)
     install_error_handlers(app)
+    app.include_router(frames_router(guest.video))
 
     def check_alive() -> None:
         if guest.failure:

@@ -53,6 +53,7 @@ class Guest:
         from desktop.guest.input import InputController
         from desktop.guest.screen import ScreenCapture
         from desktop.guest.system import System
+        from streaming.source import VideoSource
 
         self.session = session
         self.width, self.height = session.width, session.height
@@ -64,6 +65,8 @@ class Guest:
         self.screen = ScreenCapture(session.display)
         self.clipboard = Clipboard(session.display)
         self.system = System(home, session.env, max_file_bytes)
+        self.video = VideoSource(session.display)
+        """Live H.264 of the screen; its thread runs only while someone reads `/frames`."""
 
     async def on_x(self, fn, *args):
         """Run a blocking function on the thread that owns the X connection."""
@@ -73,6 +76,7 @@ class Guest:
         self.clipboard.start()
 
     async def stop(self) -> None:
+        await self.video.stop()
         await self.system.stop()
         self.clipboard.stop()
         self.screen.close()

@@ -1,0 +1,72 @@
+"""The guest's live video: `GET /frames`, `POST /frames/keyframe`, `GET /frames/stats`.
+
+`GET /frames` answers a stream of packed `EncodedFrame` records (see `streaming.frames`)
+starting at a keyframe, for as long as the client reads; every client shares the desktop's
+one encoder. Nothing is sent while the screen does not change.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from desktop.errors import DesktopGone
+from streaming.frames import EncodedFrame
+from streaming.source import MAX_FPS, Subscription, VideoSource, VideoStats
+
+
+def frames_router(source: VideoSource) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/frames")
+    async def frames(fps: Annotated[int, Query(ge=1, le=MAX_FPS)] = 30) -> StreamingResponse:
+        subscription = source.subscribe(fps)
+        try:  # the first keyframe, so a broken capture is a 5xx rather than an empty stream
+            first = await anext(subscription)
+        except StopAsyncIteration:
+            subscription.close()
+            raise DesktopGone("the desktop's video stopped: it is shutting down") from None
+        except BaseException:
+            subscription.close()
+            raise
+
+        return _FrameStream(subscription, first)
+
+    @router.post("/frames/keyframe", status_code=204)
+    async def keyframe() -> Response:
+        source.request_keyframe()
+        return Response(status_code=204)
+
+    @router.get("/frames/stats")
+    async def stats() -> VideoStats:
+        return source.stats()
+
+    return router
+
+
+class _FrameStream(StreamingResponse):
+    """Packed frame records; the subscription ends however the response ends.
+
+    Closing in `__call__` rather than in the body generator also covers a client that
+    leaves before the body is first iterated (a generator never started has no `finally`).
+    """
+
+    def __init__(self, subscription: Subscription, first: EncodedFrame) -> None:
+        async def records():
+            yield first.pack()
+            async for frame in subscription:
+                yield frame.pack()
+
+        super().__init__(
+            records(), media_type="application/octet-stream", headers={"Cache-Control": "no-store"}
+        )
+        self._subscription = subscription
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._subscription.close()
