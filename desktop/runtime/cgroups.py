@@ -34,15 +34,22 @@ class Cgroup:
 
     @classmethod
     def create(cls, name: str, *, memory_mb: int, max_pids: int, cpu_cores: float | None) -> Cgroup:
-        paths = tuple(ROOT / controller / PARENT / name for controller in CONTROLLERS)
+        """Make the sandbox's cgroups; it joins the cpu controller only to get a CPU cap.
+
+        Outside a cpu cgroup a sandbox's processes compete one by one with the host's, as
+        any program does; inside one, every desktop together would weigh as one process.
+        """
+        controllers = CONTROLLERS if cpu_cores is not None else CONTROLLERS[:2]
+        paths = tuple(ROOT / controller / PARENT / name for controller in controllers)
         for path in paths:
             path.mkdir(parents=True, exist_ok=True)
-        memory, pids, cpu = paths
+        memory, pids = paths[:2]
         (memory / "memory.limit_in_bytes").write_text(str(memory_mb * 1024 * 1024))
         with contextlib.suppress(OSError):  # absent without swap accounting
             (memory / "memory.memsw.limit_in_bytes").write_text(str(memory_mb * 1024 * 1024))
         (pids / "pids.max").write_text(str(max_pids))
         if cpu_cores is not None:
+            cpu = paths[2]
             (cpu / "cpu.cfs_period_us").write_text("100000")
             (cpu / "cpu.cfs_quota_us").write_text(str(int(cpu_cores * 100_000)))
         return cls(paths)
