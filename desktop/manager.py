@@ -42,6 +42,7 @@ class _Desktop:
     status: DesktopStatus = "starting"
     reason: str | None = None
     startup_ms: float | None = None
+    from_pool: bool = False
     last_used: float = field(default_factory=time.monotonic)
     sandbox: Sandbox | None = None
     client: GuestClient | None = None
@@ -62,6 +63,7 @@ class _Desktop:
             expires_at=expires,
             reason=self.reason,
             startup_ms=self.startup_ms,
+            from_pool=self.from_pool,
         )
 
 
@@ -72,6 +74,9 @@ class SandboxManager:
         self.runtime = runtime
         self.settings = settings
         self._desktops: OrderedDict[str, _Desktop] = OrderedDict()
+        self._pool: list[_Desktop] = []
+        """Ready desktops of the default kind, not yet handed out (not listed)."""
+        self._refilling: asyncio.Task | None = None
         self._reaper: asyncio.Task | None = None
 
     # --- lifecycle of the manager -----------------------------------------------------------
@@ -79,31 +84,27 @@ class SandboxManager:
     def start(self) -> None:
         if self._reaper is None:
             self._reaper = asyncio.create_task(self._reap_idle(), name="reap-idle-desktops")
+            self._refill_pool()
 
     async def stop(self) -> None:
-        """Stop every desktop this manager started; idempotent."""
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-            self._reaper = None
+        """Stop every desktop this manager started, pooled ones too; idempotent."""
+        for task in (self._reaper, self._refilling):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reaper = self._refilling = None
+        everything = [*self._desktops.values(), *self._pool]
         await asyncio.gather(
-            *(self._end(d, "stopped", "the service shut down") for d in self._desktops.values()),
+            *(self._end(d, "stopped", "the service shut down") for d in everything),
             return_exceptions=True,
         )
 
     # --- desktops ------------------------------------------------------------------------
 
-    async def create(self, request: CreateDesktop) -> DesktopInfo:
-        """Start a desktop and return once it is drawn and its guest answers."""
-        running = sum(d.status in ("starting", "ready") for d in self._desktops.values())
-        if running >= self.settings.max_desktops:
-            raise CapacityReached(
-                f"{running} desktops are running, the limit is {self.settings.max_desktops}: "
-                "kill one (DELETE /api/desktops/{id}) or raise CUBICLE_MAX_DESKTOPS"
-            )
+    def _spec(self, request: CreateDesktop) -> SandboxSpec:
         width, height = request.resolution
-        spec = SandboxSpec(
+        return SandboxSpec(
             id=uuid.uuid4().hex[:12],
             width=width,
             height=height,
@@ -113,8 +114,30 @@ class SandboxManager:
             cpu_cores=self.settings.cpu_cores,
             max_file_bytes=self.settings.max_upload_bytes,
         )
-        record = _Desktop(spec=spec, timeout_s=request.timeout_s)
-        self._desktops[spec.id] = record
+
+    async def create(self, request: CreateDesktop) -> DesktopInfo:
+        """Start a desktop (or take a warm one) and return once it is drawn."""
+        running = sum(d.status in ("starting", "ready") for d in self._desktops.values())
+        if running >= self.settings.max_desktops:
+            raise CapacityReached(
+                f"{running} desktops are running, the limit is {self.settings.max_desktops}: "
+                "kill one (DELETE /api/desktops/{id}) or raise CUBICLE_MAX_DESKTOPS"
+            )
+        record = await self._take_warm(request)
+        if record is None:
+            record = _Desktop(spec=self._spec(request), timeout_s=request.timeout_s)
+            self._desktops[record.spec.id] = record
+            try:
+                await self._boot(record)
+            except BaseException:
+                del self._desktops[record.spec.id]
+                raise
+        self._refill_pool()
+        return record.info()
+
+    async def _boot(self, record: _Desktop) -> None:
+        """Start the record's sandbox and wait until its desktop is drawn."""
+        spec = record.spec
         started = time.perf_counter()
         try:
             record.sandbox = await self.runtime.start(spec)
@@ -124,7 +147,6 @@ class SandboxManager:
             reason = str(exc) if isinstance(exc, SandboxStartError) else None
             if isinstance(exc, TimeoutError):
                 reason = f"the desktop was not drawn within {self.settings.start_timeout_s:.0f} s"
-            del self._desktops[spec.id]
             if record.sandbox is not None:
                 await record.sandbox.stop()
             if reason is not None:
@@ -136,7 +158,53 @@ class SandboxManager:
         record.last_used = time.monotonic()
         record.watcher = asyncio.create_task(self._watch(record), name=f"watch-{spec.id}")
         log.info("desktop %s ready in %.0f ms", spec.id, record.startup_ms)
-        return record.info()
+
+    # --- the warm pool ---------------------------------------------------------------------
+
+    def _poolable(self, request: CreateDesktop) -> bool:
+        """Whether a desktop of the default kind answers this request."""
+        return (
+            request.resolution == CreateDesktop().resolution
+            and not request.network
+            and (
+                request.memory_mb in (None, self.settings.memory_mb)
+                and request.max_pids in (None, self.settings.max_pids)
+            )
+        )
+
+    async def _take_warm(self, request: CreateDesktop) -> _Desktop | None:
+        """A pooled desktop for this request (waiting for one being booted), or None."""
+        if not self._poolable(request):
+            return None
+        if not self._pool and self._refilling is not None and not self._refilling.done():
+            await asyncio.wait({self._refilling})
+        if not self._pool:
+            return None
+        record = self._pool.pop(0)
+        record.from_pool = True
+        record.timeout_s = request.timeout_s
+        record.created_at = datetime.now(UTC)
+        record.last_used = time.monotonic()
+        self._desktops[record.spec.id] = record
+        return record
+
+    def _refill_pool(self) -> None:
+        """Boot desktops in the background until the pool holds `warm_pool` of them."""
+        if self._refilling is None or self._refilling.done():
+            self._refilling = asyncio.create_task(self._fill_pool(), name="fill-warm-pool")
+
+    async def _fill_pool(self) -> None:
+        while len(self._pool) < self.settings.warm_pool:
+            running = sum(d.status in ("starting", "ready") for d in self._desktops.values())
+            if running + len(self._pool) >= self.settings.max_desktops:
+                return
+            record = _Desktop(spec=self._spec(CreateDesktop()), timeout_s=0)
+            try:
+                await self._boot(record)
+            except SandboxStartError as exc:
+                log.warning("warm pool: %s", exc)
+                return
+            self._pool.append(record)
 
     @staticmethod
     async def _until_ready(sandbox: Sandbox) -> None:
@@ -162,6 +230,8 @@ class SandboxManager:
         if record.status in ("failed", "stopped"):
             return
         record.status, record.reason = status, reason
+        if record in self._pool:
+            self._pool.remove(record)
         if record.watcher is not None and record.watcher is not asyncio.current_task():
             record.watcher.cancel()
         if record.client is not None:

@@ -53,7 +53,9 @@ class DesktopInfo(BaseModel):
     reason: str | None = None
     """Why the desktop failed or stopped."""
     startup_ms: float | None = None
-    """Milliseconds from the create request to a drawn desktop."""
+    """Milliseconds the desktop took from start to drawn."""
+    from_pool: bool = False
+    """Taken ready from the warm pool: the create call did not wait for `startup_ms`."""
 
 
 class SetTimeout(BaseModel):

@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     """API token; generated on first start and kept in `data_dir/token` when unset."""
     runtime: Literal["local"] = "local"
     max_desktops: Annotated[int, Field(ge=1, le=1000)] = 32
+    warm_pool: Annotated[int, Field(ge=0, le=16)] = 1
+    """Desktops of the default kind kept started and drawn, handed out at once on create."""
     memory_mb: Annotated[int, Field(ge=256)] = 2048
     """Default memory limit of a desktop, MiB."""
     max_pids: Annotated[int, Field(ge=64)] = 1024

@@ -63,9 +63,10 @@ def test_stopping_the_service_stops_every_desktop():
             ids = [create_desktop(client)["id"] for _ in range(2)]
         sandbox_dirs = [svc.data_dir / "desktops" / i for i in ids]
         assert all(d.is_dir() for d in sandbox_dirs)
-        # bwrap runs as two processes per sandbox: the monitor and the namespace's init.
+        # bwrap runs as two processes per sandbox: the monitor and the namespace's init;
+        # the warm pool's spare desktop may be among them.
         hostnames = {arg.split("--hostname ")[1].split()[0] for arg in _bwraps_of(svc.data_dir)}
-        assert hostnames == {f"cubicle-{i}" for i in ids}
+        assert {f"cubicle-{i}" for i in ids} <= hostnames
         pids = [pid for i in ids for pid in _sandbox_pids(i)]
         assert len(pids) > 2 * 5  # Xvfb, the bus, XFCE's parts and the guest, per desktop
     finally:
@@ -75,3 +76,23 @@ def test_stopping_the_service_stops_every_desktop():
     assert _bwraps_of(svc.data_dir) == []
     assert [pid for pid in pids if _running(pid)] == []
     assert not any(d.exists() for d in sandbox_dirs)
+
+
+def test_warm_pool_hands_out_drawn_desktops_and_keeps_them_unlisted():
+    svc = start_service(CUBICLE_WARM_POOL="1")
+    try:
+        with svc.client() as client:
+            # The pool starts booting with the service: a create joins that boot.
+            first, second = create_desktop(client), create_desktop(client)
+            assert first["from_pool"] and second["from_pool"]
+            for info in (first, second):
+                assert info["status"] == "ready"
+                shot = client.get(f"/api/desktops/{info['id']}/screenshot")
+                assert shot.status_code == 200
+            listed = [d["id"] for d in client.get("/api/desktops").json()]
+            assert sorted(listed) == sorted([first["id"], second["id"]])
+            odd = create_desktop(client, resolution=[1024, 768])
+            assert not odd["from_pool"] and odd["screen"] == {"width": 1024, "height": 768}
+    finally:
+        stop_service(svc)
+    assert _bwraps_of(svc.data_dir) == []
