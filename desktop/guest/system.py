@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import contextlib
 import os
 import shlex
 import shutil
@@ -20,7 +19,14 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from desktop.errors import FileNotFound, InvalidRequest, PathNotAllowed, PayloadTooLarge
+from desktop.errors import (
+    CapacityReached,
+    FileNotFound,
+    InvalidRequest,
+    PathNotAllowed,
+    PayloadTooLarge,
+    SandboxError,
+)
 from desktop.models import ExecChunk, ExecRequest, ExecResult, FileEntry, Launched
 
 APPS: dict[str, list[str]] = {
@@ -82,11 +88,28 @@ class System:
             raise InvalidRequest(f"command not found: {argv[0]!r}") from exc
         except PermissionError as exc:
             raise InvalidRequest(f"command not executable: {argv[0]!r}") from exc
+        except BlockingIOError as exc:
+            raise CapacityReached(
+                "the desktop is at its process limit (max_pids): end some of its processes, "
+                "or create desktops with a higher max_pids"
+            ) from exc
+        except OSError as exc:
+            raise SandboxError(f"could not start {argv[0]!r}: {exc.strerror}") from exc
 
     @staticmethod
-    def _kill_group(proc: asyncio.subprocess.Process) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    async def _end_group(proc: asyncio.subprocess.Process) -> None:
+        """SIGKILL the command's process group until it is empty.
+
+        One signal is not enough for a fork bomb: children forked while it is delivered
+        survive it. The group is empty once killpg finds nobody (bounded at about 1 s).
+        """
+        for _ in range(50):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+            await asyncio.sleep(0.02)
+        await proc.wait()
 
     async def run(self, request: ExecRequest) -> ExecResult:
         """Run a command to completion (or its timeout) and collect its output.
@@ -147,9 +170,8 @@ class System:
             timed_out = True
         finally:
             # A timeout, or a client that went away mid-stream, ends the whole process group.
-            if proc.returncode is None:
-                self._kill_group(proc)
-                await proc.wait()
+            if timed_out or proc.returncode is None:
+                await self._end_group(proc)
             for task in pumps:
                 task.cancel()
             await asyncio.gather(*pumps, return_exceptions=True)

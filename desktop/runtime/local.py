@@ -353,42 +353,42 @@ class LocalRuntime(Runtime):
                 await asyncio.to_thread(shutil.rmtree, self.root / spec.id, True)
             raise
 
-    async def _start(self, spec: SandboxSpec, host_uid: int | None, release) -> Sandbox:
-        directory, etc_files = await asyncio.to_thread(self._prepare, spec, host_uid)
-        binds = _Binds(host_uid)
-        for dest, source in etc_files.items():
-            binds.add(source, dest)
-        binds.add(directory / "home", GUEST_HOME, writable=True)
-        binds.add(directory / "run", GUEST_RUN, writable=True)
-        for path in self._python_paths:
-            binds.add(path, str(path))
-        cgroup = None
-        if self.limits == "cgroups":
-            cgroup = await asyncio.to_thread(
-                cgroups.Cgroup.create,
-                spec.id,
-                memory_mb=spec.memory_mb,
-                max_pids=spec.max_pids,
-                cpu_cores=spec.cpu_cores,
-            )
+    async def _spawn(
+        self,
+        spec: SandboxSpec,
+        directory: Path,
+        binds: _Binds,
+        host_uid: int | None,
+        cgroup: cgroups.Cgroup | None,
+    ) -> tuple[asyncio.subprocess.Process, int, int]:
+        """Start bwrap; returns it and the read ends of its status and info pipes."""
         status_r, status_w = os.pipe()
         info_r, info_w = os.pipe()
         bwrap = self._bwrap_argv(spec, directory, binds, status_w, info_w)
-        run_as = (
-            ["setpriv", f"--reuid={host_uid}", f"--regid={host_uid}", "--clear-groups", "--"]
-            if host_uid is not None
-            else []
-        )
-        # Join the cgroups first, then drop to the sandbox's own user, then start bwrap.
-        # prlimit caps processes per host user: with a user id per sandbox, per sandbox.
+        # Join the cgroups first, then set rlimits, then drop to the sandbox's own user,
+        # then start bwrap. RLIMIT_NPROC counts per host user: with a user id per sandbox,
+        # per sandbox (without one it would count the service user's every process).
+        limits = ["--core=0"]
+        if host_uid is not None:
+            limits.append(f"--nproc={spec.max_pids}")
+        if cgroup is None:
+            limits.append(f"--as={spec.memory_mb * 4 * 1024 * 1024}")
+        run_as = []
+        if host_uid is not None:
+            run_as = [
+                "setpriv",
+                f"--reuid={host_uid}",
+                f"--regid={host_uid}",
+                "--clear-groups",
+                "--",
+            ]
         launcher = [
             "/bin/sh",
             "-c",
             'for f in $CUBICLE_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"',
             "sh",
             "prlimit",
-            f"--nproc={spec.max_pids}",
-            f"--as={spec.memory_mb * 4 * 1024 * 1024}" if cgroup is None else "--core=0",
+            *limits,
             "--",
             *run_as,
             *bwrap,
@@ -407,11 +407,39 @@ class LocalRuntime(Runtime):
                 start_new_session=True,
             )
         except OSError as exc:
+            os.close(status_r)
+            os.close(info_r)
             raise SandboxStartError(f"could not start bwrap: {exc}") from exc
         finally:
             os.close(status_w)
             os.close(info_w)
             os.close(log_fd)
+        return process, status_r, info_r
+
+    async def _start(self, spec: SandboxSpec, host_uid: int | None, release) -> Sandbox:
+        directory, etc_files = await asyncio.to_thread(self._prepare, spec, host_uid)
+        binds = _Binds(host_uid)
+        for dest, source in etc_files.items():
+            binds.add(source, dest)
+        binds.add(directory / "home", GUEST_HOME, writable=True)
+        binds.add(directory / "run", GUEST_RUN, writable=True)
+        for path in self._python_paths:
+            binds.add(path, str(path))
+        cgroup = None
+        if self.limits == "cgroups":
+            cgroup = await asyncio.to_thread(
+                cgroups.Cgroup.create,
+                spec.id,
+                memory_mb=spec.memory_mb,
+                max_pids=spec.max_pids,
+                cpu_cores=spec.cpu_cores,
+            )
+        try:
+            process, status_r, info_r = await self._spawn(spec, directory, binds, host_uid, cgroup)
+        except BaseException:
+            if cgroup is not None:
+                await asyncio.to_thread(cgroup.kill_all)
+            raise
         loop = asyncio.get_running_loop()
         status = asyncio.StreamReader(limit=1 << 20)
         await loop.connect_read_pipe(

@@ -100,6 +100,8 @@ def test_network_flag_gives_a_user_mode_network(api):
 def test_fork_bomb_is_contained(api, desktop, second):
     bomb = _run(api, second["id"], "bomb() { bomb | bomb & }; bomb; sleep 3", timeout_s=8)
     assert bomb["exit_code"] != 0 or bomb["timed_out"]
+    # The bomb's desktop recovers: its processes are gone and new commands start.
+    assert _run(api, second["id"], "echo recovered")["stdout"] == "recovered\n"
     # The service and the other desktop carry on.
     assert _run(api, desktop["id"], "echo alive")["stdout"] == "alive\n"
     assert api.get(f"/api/desktops/{desktop['id']}/screenshot").status_code == 200
