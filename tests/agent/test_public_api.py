@@ -24,10 +24,14 @@ def test_public_names_are_pinned():
         assert getattr(agent, name).__name__ == name
     assert agent.grounding.__all__ == [
         "FAMILIES",
+        "A11yGrounder",
         "Family",
         "Grounder",
+        "GrounderChain",
         "GroundingResult",
+        "OcrGrounder",
         "VlmGrounder",
+        "build_grounders",
         "get_family",
         "smart_resize",
     ]
