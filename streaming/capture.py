@@ -64,11 +64,17 @@ class DamagedScreen:
         assert self._x is not None
         return self._x.fileno()
 
-    def take_damage(self) -> bool:
-        """Whether the screen changed since the last grab; reads pending events, never blocks."""
+    def take_damage(self, *, sync: bool = False) -> bool:
+        """Whether the screen changed since the last grab; reads pending events.
+
+        With `sync`, one round trip first makes sure every notify the server sent before
+        this call has arrived (otherwise a change made a moment ago may still be in flight).
+        """
         assert self._x is not None
         changed = False
         with _x_errors("reading damage events"):
+            if sync:
+                self._x.sync()
             while self._x.pending_events():
                 event = self._x.next_event()
                 if event.type & 0x7F == self._notify_type:  # the class is a per-display clone

@@ -95,6 +95,7 @@ def create_app(guest: Guest) -> FastAPI:
                 "X-Image-Width": str(shot.width),
                 "X-Image-Height": str(shot.height),
                 "X-Scale": f"{shot.scale:.6f}",
+                "X-Screenshot-Cache": "hit" if shot.cached else "miss",
                 "Cache-Control": "no-store",
             },
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -106,8 +107,16 @@ async def serve(args: argparse.Namespace) -> int:
     session = desktop_session.start(
         args.width, args.height, _base_env(home), progress=lambda stage: status.event(stage)
     )
-    # The heavy imports (uvicorn, FastAPI, mss, Pillow) happen while XFCE starts up:
-    # the desktop is on the critical path of every create, the HTTP stack is not.
+    # Watch for the drawn desktop from now on, on a thread, while the heavy imports
+    # (uvicorn, FastAPI, mss, Pillow, PyAV) run here: XFCE is on the critical path of every
+    # create, the HTTP stack is not.
+    loop = asyncio.get_running_loop()
+    drawn = loop.run_in_executor(
+        None,
+        functools.partial(
+            desktop_session.wait_until_drawn, session, args.ready_timeout, progress=status.event
+        ),
+    )
     import uvicorn
 
     from desktop.guest.app import create_app
@@ -129,14 +138,11 @@ async def serve(args: argparse.Namespace) -> int:
         )
     )
     server.install_signal_handlers = lambda: None
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
     serving = asyncio.create_task(server.serve())
     try:
-        await asyncio.to_thread(
-            desktop_session.wait_until_drawn, session, args.ready_timeout, progress=status.event
-        )
+        await drawn
         guest.drawn = True
         while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn has no event
             await asyncio.sleep(0.005)
@@ -171,4 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="guest %(levelname)s %(message)s")
-    return asyncio.run(serve(args))
+    try:
+        import uvloop
+    except ImportError:  # uvicorn[standard] brings it; plain asyncio works too
+        return asyncio.run(serve(args))
+    return uvloop.run(serve(args))

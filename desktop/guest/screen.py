@@ -8,15 +8,19 @@ capture; `cursor=True` draws the current cursor image (XFixes) onto the picture.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
-import mss
+import numpy as np
 from PIL import Image
 from Xlib import display as xdisplay
+
+from desktop.guest import png
+from streaming.capture import DamagedScreen
 
 ImageFormat = Literal["png", "jpeg", "webp"]
 
@@ -49,6 +53,8 @@ class Encoded:
     """Image pixels."""
     scale: float
     """Screen pixels per image pixel: screen_x = image_x × scale."""
+    cached: bool = False
+    """The screen had not changed since this encoding was made, so it was reused."""
 
 
 @dataclass(frozen=True)
@@ -59,22 +65,40 @@ class _CursorImage:
 
 
 class ScreenCapture:
-    """Grabs and encodes the screen of one X display on a dedicated thread."""
+    """Grabs and encodes the screen of one X display on a dedicated thread.
+
+    X DAMAGE says whether anything was drawn since the last grab. When nothing was, the
+    last grab is the screen, and an identical request is answered from the last encoding:
+    agents tend to look at a settled screen more than once.
+    """
 
     def __init__(self, display: str) -> None:
         self._display = display
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture")
-        self._mss: mss.base.MSSBase | None = None
+        self._deflate = ThreadPoolExecutor(max_workers=2, thread_name_prefix="png")
+        self._screen: DamagedScreen | None = None
         self._xlib: xdisplay.Display | None = None
+        self._last: Frame | None = None
+        self._encoded: tuple[tuple, Encoded] | None = None
+        """The last encoding of `_last`, with the request it answered."""
         self._closed = False
 
     # --- runs on the capture thread -------------------------------------------------------
 
     def _grab_sync(self) -> Frame:
-        if self._mss is None:
-            self._mss = mss.MSS(display=self._display)
-        shot = self._mss.grab(self._mss.monitors[0])
-        return Frame(bytes(shot.bgra), shot.width, shot.height, time.monotonic())
+        if self._screen is None:
+            self._screen = DamagedScreen(self._display)
+        self._screen.take_damage()
+        pixels = self._screen.grab()
+        frame = Frame(bytes(pixels), self._screen.width, self._screen.height, time.monotonic())
+        self._last, self._encoded = frame, None
+        return frame
+
+    def _current_sync(self) -> tuple[Frame, bool]:
+        """The screen now, and whether it is the previous grab (nothing drawn since)."""
+        if self._screen is None or self._last is None or self._screen.take_damage(sync=True):
+            return self._grab_sync(), False
+        return self._last, True
 
     def _cursor_sync(self) -> _CursorImage:
         if self._xlib is None:
@@ -86,6 +110,23 @@ class ScreenCapture:
         image = Image.frombuffer("RGBA", (width, height), argb, "raw", "BGRA", 0, 1)
         return _CursorImage(reply.x - reply.xhot, reply.y - reply.yhot, image)
 
+    def _screenshot_sync(
+        self,
+        fmt: ImageFormat,
+        quality: int,
+        max_width: int | None,
+        max_height: int | None,
+        cursor: bool,
+    ) -> Encoded:
+        frame, unchanged = self._current_sync()
+        request = (fmt, quality, max_width, max_height)
+        if unchanged and not cursor and self._encoded and self._encoded[0] == request:
+            return dataclasses.replace(self._encoded[1], cached=True)
+        encoded = self._encode_sync(frame, fmt, quality, max_width, max_height, cursor)
+        if not cursor:  # the pointer moves without damage: never reuse a picture of it
+            self._encoded = (request, encoded)
+        return encoded
+
     def _encode_sync(
         self,
         frame: Frame,
@@ -95,6 +136,15 @@ class ScreenCapture:
         max_height: int | None,
         cursor: bool,
     ) -> Encoded:
+        scale = max(
+            frame.width / max_width if max_width else 1.0,
+            frame.height / max_height if max_height else 1.0,
+            1.0,
+        )
+        if fmt == "png" and scale == 1.0 and not cursor:
+            bgrx = np.frombuffer(frame.bgra, np.uint8).reshape(frame.height, frame.width, 4)
+            data = png.encode_rgb(bgrx[:, :, 2::-1], self._deflate)
+            return Encoded(data, CONTENT_TYPES[fmt], frame.width, frame.height, scale)
         image = Image.frombuffer(
             "RGB", (frame.width, frame.height), frame.bgra, "raw", "BGRX", 0, 1
         )
@@ -102,21 +152,19 @@ class ScreenCapture:
             pointer = self._cursor_sync()
             image = image.copy()
             image.paste(pointer.image, (pointer.x, pointer.y), pointer.image)
-        scale = 1.0
-        limits = [frame.width / max_width if max_width else 1.0]
-        limits.append(frame.height / max_height if max_height else 1.0)
-        if max(limits) > 1.0:
-            scale = max(limits)
+        if scale > 1.0:
             size = (max(1, round(frame.width / scale)), max(1, round(frame.height / scale)))
             image = image.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
-        buffer = io.BytesIO()
         if fmt == "png":
-            image.save(buffer, "PNG", compress_level=1)
-        elif fmt == "jpeg":
-            image.save(buffer, "JPEG", quality=quality)
+            data = png.encode_rgb(np.asarray(image), self._deflate)
         else:
-            image.save(buffer, "WEBP", quality=quality, method=0)
-        return Encoded(buffer.getvalue(), CONTENT_TYPES[fmt], image.width, image.height, scale)
+            buffer = io.BytesIO()
+            if fmt == "jpeg":
+                image.save(buffer, "JPEG", quality=quality)
+            else:
+                image.save(buffer, "WEBP", quality=quality, method=0)
+            data = buffer.getvalue()
+        return Encoded(data, CONTENT_TYPES[fmt], image.width, image.height, scale)
 
     # --- the async surface ----------------------------------------------------------------
 
@@ -136,7 +184,7 @@ class ScreenCapture:
         """Capture and encode, shrinking (never enlarging) to fit max_width × max_height."""
 
         def work() -> Encoded:
-            return self._encode_sync(self._grab_sync(), fmt, quality, max_width, max_height, cursor)
+            return self._screenshot_sync(fmt, quality, max_width, max_height, cursor)
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
@@ -166,12 +214,13 @@ class ScreenCapture:
         self._closed = True
 
         def release() -> None:
-            if self._mss is not None:
-                self._mss.close()
-                self._mss = None
+            if self._screen is not None:
+                self._screen.close()
+                self._screen = None
             if self._xlib is not None:
                 self._xlib.close()
                 self._xlib = None
 
         self._executor.submit(release).result()
         self._executor.shutdown(wait=True)
+        self._deflate.shutdown(wait=True)

@@ -1,0 +1,64 @@
+"""Screenshots on a real X server: exact pixels, scaling, and reuse while nothing changes."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+
+import pytest
+from PIL import Image
+
+from desktop.guest.screen import ScreenCapture
+
+
+@pytest.fixture
+async def capture(x_session):
+    screen = ScreenCapture(x_session.display)
+    yield screen
+    screen.close()
+
+
+def _paint(x_session, colour: str) -> None:
+    subprocess.run(["xsetroot", "-solid", colour], env=x_session.env, check=True)
+
+
+async def test_png_is_pixel_exact(capture, x_session):
+    _paint(x_session, "#123456")
+    frame = await capture.grab()
+    shot = await capture.screenshot("png")
+    image = Image.open(io.BytesIO(shot.data))
+    assert image.format == "PNG" and image.size == (1280, 800) and image.mode == "RGB"
+    expected = Image.frombuffer("RGB", (1280, 800), frame.bgra, "raw", "BGRX", 0, 1)
+    assert image.tobytes() == expected.tobytes()
+    assert image.getpixel((640, 400)) == (0x12, 0x34, 0x56)
+
+
+async def test_scaled_png_and_jpeg_report_their_scale(capture):
+    for fmt, pil_format in [("png", "PNG"), ("jpeg", "JPEG"), ("webp", "WEBP")]:
+        shot = await capture.screenshot(fmt, max_width=320)
+        image = Image.open(io.BytesIO(shot.data))
+        assert image.format == pil_format
+        assert image.size == (320, 200) and (shot.width, shot.height) == (320, 200)
+        assert shot.scale == pytest.approx(4.0)
+
+
+async def test_unchanged_screen_reuses_the_encoding_until_something_is_drawn(
+    capture, x_session
+):
+    _paint(x_session, "#204060")
+    first = await capture.screenshot("png")
+    again = await capture.screenshot("png")
+    assert not first.cached and again.cached
+    assert again.data == first.data
+    other_format = await capture.screenshot("jpeg")
+    assert not other_format.cached  # a different request is encoded anew
+    _paint(x_session, "#a01010")  # no pause: the damage round trip must see it at once
+    changed = await capture.screenshot("png")
+    assert not changed.cached
+    assert Image.open(io.BytesIO(changed.data)).getpixel((10, 700)) == (0xA0, 0x10, 0x10)
+
+
+async def test_cursor_pictures_are_never_reused(capture):
+    first = await capture.screenshot("png", cursor=True)
+    second = await capture.screenshot("png", cursor=True)
+    assert not first.cached and not second.cached
