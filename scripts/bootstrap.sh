@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 mode=${1:-run}
 
 host_packages=(bubblewrap slirp4netns util-linux procps psmisc python3 python3-venv python3-dev gcc)
-test_packages=(xdotool scrot x11vnc novnc)
+test_packages=(xdotool scrot x11vnc novnc python3-tk)
 
 packages=($(grep -v -e '^#' -e '^$' images/packages.txt) "${host_packages[@]}")
 [ "$mode" = test ] && packages+=("${test_packages[@]}")
