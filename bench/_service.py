@@ -1,0 +1,206 @@
+"""Run `cubicle serve` in a subprocess with its own data directory and token, as users do.
+
+`running_service()` starts it and, however the benchmark ends, kills every desktop the
+service holds, stops the service, and SIGKILLs whatever is left in those desktops' cgroups.
+Settings go in as `CUBICLE_*` variables, e.g. `running_service(CUBICLE_WARM_POOL="0")` for
+a service that keeps no spare desktop booted (so nothing boots behind a measurement).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench._run import REPO, progress
+from desktop.models import DesktopInfo
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+"""The service's local runtime puts desktop `<id>` in `<controller>/cubicle/<id>` here."""
+
+
+@dataclass
+class Service:
+    """A running service and a keep-alive client authenticated to it."""
+
+    url: str
+    data_dir: Path
+    process: subprocess.Popen[bytes]
+    client: httpx.Client
+    desktop_ids: set[str] = field(default_factory=set)
+    """Every desktop this benchmark asked for, to be killed at the end."""
+
+    def create_desktop(self) -> DesktopInfo:
+        """POST /api/desktops with the defaults (1280×800); raises unless it answers 201."""
+        response = self.client.post("/api/desktops", json={})
+        if response.status_code != 201:
+            raise RuntimeError(f"create failed: {response.status_code} {response.text}")
+        info = DesktopInfo.model_validate_json(response.content)
+        self.desktop_ids.add(info.id)
+        return info
+
+    def kill_desktop(self, desktop_id: str) -> None:
+        response = self.client.delete(f"/api/desktops/{desktop_id}")
+        if response.status_code not in (204, 404):
+            raise RuntimeError(f"kill failed: {response.status_code} {response.text}")
+
+    def wait_for_warm_desktop(self, timeout_s: float = 60.0) -> None:
+        """Block until the warm pool holds a drawn desktop, so that no boot is under way.
+
+        Pooled desktops are not listed; each is a sandbox directory of this service that
+        no listed desktop owns, and its guest daemon says whether it is drawn.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not self._warm_desktop_drawn():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no warm desktop was drawn within {timeout_s:.0f} s")
+            time.sleep(0.05)
+
+    def _warm_desktop_drawn(self) -> bool:
+        listed = {item["id"] for item in self.client.get("/api/desktops").json()}
+        for directory in (self.data_dir / "desktops").iterdir():
+            socket = directory / "run" / "guest.sock"
+            if directory.name in listed or not socket.exists():
+                continue
+            if _guest_drawn(socket):
+                return True
+        return False
+
+    def log_tail(self, lines: int = 15) -> str:
+        text = (self.data_dir / "service.log").read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def desktop_pids(desktop_id: str) -> list[int]:
+    """The processes of a desktop, from its pids cgroup (empty when it has none)."""
+    try:
+        text = (CGROUP_ROOT / "pids" / "cubicle" / desktop_id / "cgroup.procs").read_text()
+    except FileNotFoundError:
+        return []
+    return [int(pid) for pid in text.split()]
+
+
+def desktop_cgroup_memory_bytes(desktop_id: str) -> int | None:
+    """Memory charged to a desktop's cgroup (page cache included), when it has one."""
+    path = CGROUP_ROOT / "memory" / "cubicle" / desktop_id / "memory.usage_in_bytes"
+    try:
+        return int(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def _guest_drawn(socket: Path) -> bool:
+    """Whether the guest daemon on `socket` reports its desktop drawn (False if it is not up)."""
+    transport = httpx.HTTPTransport(uds=str(socket))
+    with httpx.Client(transport=transport, base_url="http://guest", timeout=5) as guest:
+        try:
+            return bool(guest.get("/health").json()["desktop_drawn"])
+        except httpx.HTTPError:
+            return False
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(env_overrides: dict[str, str]) -> Service:
+    data_dir = Path(tempfile.mkdtemp(prefix="cubicle-bench-"))
+    token = secrets.token_urlsafe(16)
+    port = _free_port()
+    env = {
+        **os.environ,
+        "CUBICLE_DATA_DIR": str(data_dir),
+        "CUBICLE_TOKEN": token,
+        "CUBICLE_PORT": str(port),
+        **env_overrides,
+    }
+    with open(data_dir / "service.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "desktop.cli", "serve"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
+    service = Service(url, data_dir, process, client)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            client.close()
+            raise RuntimeError(f"service exited:\n{service.log_tail()}")
+        with contextlib.suppress(httpx.TransportError):
+            if client.get("/healthz", timeout=1).status_code == 200:
+                return service
+        time.sleep(0.1)
+    _stop(service)
+    raise RuntimeError("service did not answer within 30 s")
+
+
+def _kill_listed(service: Service) -> None:
+    """DELETE every desktop the service still lists as starting or ready."""
+    with contextlib.suppress(httpx.HTTPError):
+        for item in service.client.get("/api/desktops", timeout=10).json():
+            service.desktop_ids.add(item["id"])
+            if item["status"] in ("starting", "ready"):
+                service.client.delete(f"/api/desktops/{item['id']}", timeout=30)
+
+
+def _sweep_cgroups(desktop_ids: set[str]) -> list[int]:
+    """SIGKILL anything left in the desktops' cgroups; returns the pids that were left."""
+    left: list[int] = []
+    for desktop_id in desktop_ids:
+        for pid in desktop_pids(desktop_id):
+            left.append(pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def _stop(service: Service) -> None:
+    if service.process.poll() is None:
+        _kill_listed(service)
+        service.process.send_signal(signal.SIGTERM)
+        try:
+            service.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            progress("service did not stop within 30 s of SIGTERM: killing it")
+            service.process.kill()
+            service.process.wait()
+    service.client.close()
+    left = _sweep_cgroups(service.desktop_ids)
+    if left:
+        progress(f"killed {len(left)} processes the service left in desktop cgroups: {left}")
+
+
+@contextlib.contextmanager
+def running_service(**env_overrides: str) -> Iterator[Service]:
+    """A fresh service for one benchmark; everything it started is gone afterwards."""
+    service = _start(env_overrides)
+    progress(f"service up at {service.url} (data {service.data_dir})")
+    failed = False
+    try:
+        yield service
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        _stop(service)
+        if failed:
+            progress(f"service log tail:\n{service.log_tail()}")
+        shutil.rmtree(service.data_dir, ignore_errors=True)

@@ -1,0 +1,230 @@
+"""`click`: one left click, ours against a subprocess per action (xdotool, pyautogui).
+
+Ours, end to end: `POST /api/desktops/{id}/actions` with one `click` on an empty part of a
+sandboxed desktop, through a keep-alive httpx client: HTTP to the service, its hop to the
+guest daemon, XTest events and a round trip to the X server (so the server has them), on
+a service without a warm pool (`CUBICLE_WARM_POOL=0`: no spare boots behind this). To
+show where the time goes, the same click is also sent straight to the guest daemon's Unix
+socket (skipping the service), the service's bare `GET /healthz` is timed, and the guest's
+own `elapsed_ms` for each REST click is kept.
+
+Baselines, on a host-side reference desktop (`bench._host`; the sandbox's X socket is not
+reachable from the host), with no HTTP in front of them (favours the baselines):
+- E2B Desktop / computer-use demo: `xdotool mousemove X Y click 1` as a subprocess.
+- OSWorld: `python -c "import pyautogui; import time; pyautogui.FAILSAFE = False;
+  pyautogui.click(X, Y)"` as a subprocess, OSWorld's exact command prefix. pyautogui's
+  default 0.1 s pause after each call is part of that command, as in OSWorld. Where
+  tkinter is missing, `import pyautogui` exits (its `mouseinfo` import calls sys.exit), so
+  the command first blocks `mouseinfo`, which skips importing tkinter: that favours the
+  baseline. The command run is in the result.
+
+Apples to apples on that one host display: our `InputController.click` in-process. Clicks
+alternate between two points 40 px apart so no two make a double click. Rounds interleave
+every way; pyautogui, at ~0.5 s per click, runs in every few rounds only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import httpx
+from Xlib.display import Display
+
+from bench._host import ReferenceSession, reference_session
+from bench._run import Options, Target, progress
+from bench._service import Service, running_service
+from bench._stats import Summary, ratio, summarize
+from desktop.guest.input import InputController
+
+TARGET_P50_MS = 3.0
+TARGET_SPEEDUP = 5.0
+POINTS = ((620, 420), (660, 420))
+"""Screen pixels in the empty middle of the desktop, 40 px apart."""
+_WARMUP = 5
+_OSWORLD_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
+_NO_MOUSEINFO = "import sys; sys.modules['mouseinfo'] = None; "
+"""Lets pyautogui import without tkinter (mouseinfo, which needs it, is optional to it)."""
+
+
+def pyautogui_command(x: int, y: int) -> str:
+    """OSWorld's command for a click at (x, y), made importable where tkinter is missing."""
+    command = f"{_OSWORLD_PREFIX}pyautogui.click({x}, {y})"
+    return command if importlib.util.find_spec("_tkinter") else _NO_MOUSEINFO + command
+
+
+@dataclass(frozen=True)
+class ClickResult:
+    ours: Summary
+    """REST end to end on a sandboxed desktop."""
+    ours_guest_elapsed: Summary
+    """The guest's own time for the click (XTest + X round trip), from the same requests."""
+    breakdown_guest_socket: Summary
+    """The same click POSTed straight to the guest daemon's socket: the guest's HTTP share."""
+    breakdown_service_healthz: Summary
+    """`GET /healthz` of the service: its bare HTTP round trip."""
+    inprocess_xtest: Summary
+    """`InputController.click` in-process on the host reference display."""
+    baseline_xdotool: Summary
+    """`xdotool mousemove X Y click 1` subprocess on the host reference display."""
+    baseline_pyautogui_osworld: Summary
+    """OSWorld's `python -c "import pyautogui; …; pyautogui.click(X, Y)"` subprocess."""
+    ratio_p50_xdotool: float
+    """xdotool p50 / ours (REST) p50."""
+    ratio_p50_pyautogui: float
+    """pyautogui p50 / ours (REST) p50."""
+    ratio_p50_inprocess_xdotool: float
+    """xdotool p50 / in-process XTest p50, same display."""
+    pyautogui_command: str
+    """The command the pyautogui baseline ran, for (X, Y) = (0, 0)."""
+    target: str
+    target_met: bool
+    targets: tuple[Target, ...]
+
+
+class _Clicks:
+    """Every way of clicking, each returning seconds; each display alternates its points."""
+
+    def __init__(self, service: Service, desktop_id: str, host: ReferenceSession) -> None:
+        self._service = service
+        self._path = f"/api/desktops/{desktop_id}/actions"
+        self._env = host.env
+        self._display = Display(host.display)
+        self._input = InputController(self._display)
+        socket = service.data_dir / "desktops" / desktop_id / "run" / "guest.sock"
+        self._guest = httpx.Client(
+            base_url="http://guest", transport=httpx.HTTPTransport(uds=str(socket))
+        )
+        self._sandbox_clicks = self._host_clicks = 0
+
+    def close(self) -> None:
+        self._guest.close()
+        self._input.close()
+        self._display.close()
+
+    def _sandbox_point(self) -> tuple[int, int]:
+        self._sandbox_clicks += 1
+        return POINTS[self._sandbox_clicks % 2]
+
+    def _host_point(self) -> tuple[int, int]:
+        self._host_clicks += 1
+        return POINTS[self._host_clicks % 2]
+
+    def rest(self) -> tuple[float, float]:
+        """(wall seconds, the guest's own seconds) of one REST click."""
+        x, y = self._sandbox_point()
+        started = time.perf_counter()
+        response = self._service.client.post(self._path, json={"type": "click", "x": x, "y": y})
+        elapsed = time.perf_counter() - started
+        if response.status_code != 200:
+            raise RuntimeError(f"click failed: {response.status_code} {response.text[:200]}")
+        return elapsed, response.json()["results"][0]["elapsed_ms"] / 1000
+
+    def guest_socket(self) -> float:
+        x, y = self._sandbox_point()
+        started = time.perf_counter()
+        response = self._guest.post("/actions", json=[{"type": "click", "x": x, "y": y}])
+        elapsed = time.perf_counter() - started
+        if response.status_code != 200:
+            raise RuntimeError(f"guest click failed: {response.status_code} {response.text}")
+        return elapsed
+
+    def healthz(self) -> float:
+        started = time.perf_counter()
+        self._service.client.get("/healthz").raise_for_status()
+        return time.perf_counter() - started
+
+    def inprocess(self) -> float:
+        x, y = self._host_point()
+        started = time.perf_counter()
+        self._input.click(x, y, button="left", count=1, modifiers=[])
+        return time.perf_counter() - started
+
+    def xdotool(self) -> float:
+        x, y = self._host_point()
+        started = time.perf_counter()
+        argv = ["xdotool", "mousemove", str(x), str(y), "click", "1"]
+        subprocess.run(argv, env=self._env, check=True)
+        return time.perf_counter() - started
+
+    def pyautogui(self) -> float:
+        command = pyautogui_command(*self._host_point())
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", command], env=self._env, check=True)
+        return time.perf_counter() - started
+
+
+@dataclass
+class _Samples:
+    rest: list[float] = field(default_factory=list)
+    guest: list[float] = field(default_factory=list)
+    guest_socket: list[float] = field(default_factory=list)
+    healthz: list[float] = field(default_factory=list)
+    inprocess: list[float] = field(default_factory=list)
+    xdotool: list[float] = field(default_factory=list)
+    pyautogui: list[float] = field(default_factory=list)
+
+
+def _round(clicks: _Clicks, samples: _Samples, with_pyautogui: bool) -> None:
+    rest, guest = clicks.rest()
+    samples.rest.append(rest)
+    samples.guest.append(guest)
+    samples.guest_socket.append(clicks.guest_socket())
+    samples.healthz.append(clicks.healthz())
+    samples.inprocess.append(clicks.inprocess())
+    samples.xdotool.append(clicks.xdotool())
+    if with_pyautogui:
+        samples.pyautogui.append(clicks.pyautogui())
+
+
+def _measure(clicks: _Clicks, rounds: int, pyautogui_rounds: int) -> _Samples:
+    _round(clicks, _Samples(), with_pyautogui=True)
+    for _ in range(_WARMUP - 1):
+        _round(clicks, _Samples(), with_pyautogui=False)
+    samples = _Samples()
+    every = max(1, rounds // pyautogui_rounds)
+    for index in range(rounds):
+        _round(clicks, samples, index % every == 0 and len(samples.pyautogui) < pyautogui_rounds)
+        if (index + 1) % 25 == 0:
+            progress(f"click: {index + 1}/{rounds} rounds")
+    return samples
+
+
+def run(options: Options) -> ClickResult:
+    rounds, pyautogui_rounds = (20, 4) if options.quick else (100, 20)
+    with running_service(CUBICLE_WARM_POOL="0") as service, reference_session() as host:
+        info = service.create_desktop()
+        progress(f"click: desktop {info.id} and host display {host.display} up")
+        clicks = _Clicks(service, info.id, host)
+        try:
+            samples = _measure(clicks, rounds, pyautogui_rounds)
+        finally:
+            clicks.close()
+    ours, xdotool = summarize(samples.rest), summarize(samples.xdotool)
+    pyautogui, inprocess = summarize(samples.pyautogui), summarize(samples.inprocess)
+    targets = (
+        Target(f"REST p50 <= {TARGET_P50_MS:.0f} ms", ours.p50_ms <= TARGET_P50_MS),
+        Target(
+            f"REST >= {TARGET_SPEEDUP:.0f}x faster than xdotool (p50)",
+            ratio(xdotool, ours) >= TARGET_SPEEDUP,
+        ),
+    )
+    return ClickResult(
+        ours=ours,
+        ours_guest_elapsed=summarize(samples.guest),
+        breakdown_guest_socket=summarize(samples.guest_socket),
+        breakdown_service_healthz=summarize(samples.healthz),
+        inprocess_xtest=inprocess,
+        baseline_xdotool=xdotool,
+        baseline_pyautogui_osworld=pyautogui,
+        ratio_p50_xdotool=ratio(xdotool, ours),
+        ratio_p50_pyautogui=ratio(pyautogui, ours),
+        ratio_p50_inprocess_xdotool=ratio(xdotool, inprocess),
+        pyautogui_command=pyautogui_command(0, 0),
+        target="; ".join(t.description for t in targets),
+        target_met=all(t.met for t in targets),
+        targets=targets,
+    )
