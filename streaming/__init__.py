@@ -1,4 +1,47 @@
-"""Live view: encode a desktop once, fan it out to WebRTC viewers, record it.
+"""Live view: encode a desktop once, fan it out to viewers, record it.
 
-Not built yet: see the streaming issue. Nothing here is used by the service today.
+In the guest: `capture` (DAMAGE-driven grabs), `encoder` (libx264), `source` (one encoder
+for every reader of `GET /frames`). The wire between them: `frames`. On the host: `hub`
+(one reader per desktop, a bounded queue per subscriber), `webrtc` (aiortc peers sending
+the packets as they are), `mjpeg` (the fallback), `control` and `keys` (browser input),
+`recording` (MP4 without re-encoding, with an action log) and `live`, which holds them per
+desktop for the service.
+
+Names load on first use, so the guest daemon, which imports `streaming.source`, does not
+pay for the host's imports (aiortc).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streaming.frames import EncodedFrame
+    from streaming.hub import FrameHub, Subscription
+    from streaming.live import LiveDesktops
+    from streaming.recording import ActionLog, Recorder, RecordingInfo
+
+_HOMES = {
+    "streaming.frames": ("EncodedFrame",),
+    "streaming.hub": ("FrameHub", "Subscription"),
+    "streaming.live": ("LiveDesktops",),
+    "streaming.recording": ("ActionLog", "Recorder", "RecordingInfo"),
+}
+_WHERE = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = [
+    "ActionLog",
+    "EncodedFrame",
+    "FrameHub",
+    "LiveDesktops",
+    "Recorder",
+    "RecordingInfo",
+    "Subscription",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'streaming' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

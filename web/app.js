@@ -27,12 +27,16 @@ function card(info) {
     node = document.getElementById("card").content.firstElementChild.cloneNode(true);
     node.querySelector(".id").textContent = info.id;
     node.querySelector(".kill").onclick = () => api("DELETE", `/api/desktops/${info.id}`).then(refresh);
+    const viewer = `/view/${info.id}?token=${encodeURIComponent(token)}`;
+    node.querySelector(".watch").href = viewer;
+    node.querySelector(".open").href = viewer;
     document.getElementById("desktops").append(node);
     cards.set(info.id, node);
   }
   const state = node.querySelector(".state");
   state.textContent = info.reason ? `${info.status}: ${info.reason}` : info.status;
   state.className = `state ${info.status}`;
+  node.querySelector(".watch").hidden = info.status !== "ready";
   if (info.status === "ready") {
     const shot = `/api/desktops/${info.id}/screenshot?format=jpeg&max_width=640&token=${encodeURIComponent(token)}`;
     const img = node.querySelector("img");

@@ -7,6 +7,7 @@ desktop's guest daemon, whose answer, or error, comes back unchanged.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Query, Request, Response
@@ -15,6 +16,7 @@ from starlette.background import BackgroundTask
 
 from desktop import actions as a
 from desktop.api.deps import GuestDep, ManagerDep, SettingsDep
+from desktop.api.stream import LiveDep
 from desktop.errors import PayloadTooLarge
 from desktop.models import (
     A11yTree,
@@ -42,6 +44,7 @@ _PASSED_HEADERS = (
     "x-image-width",
     "x-image-height",
     "x-scale",
+    "x-screenshot-cache",
 )
 
 
@@ -76,10 +79,14 @@ async def set_timeout(desktop_id: str, body: SetTimeout, manager: ManagerDep) ->
 
 
 @router.post("/{desktop_id}/actions")
-async def run_actions(guest: GuestDep, batch: Annotated[a.ActionBatch, Body()]) -> Response:
+async def run_actions(
+    desktop_id: str, guest: GuestDep, live: LiveDep, batch: Annotated[a.ActionBatch, Body()]
+) -> Response:
     """Run one action or a list, in order; nothing runs if any action is invalid."""
+    started = time.monotonic()
     payload = a.action_batch_adapter.dump_python(batch, mode="json")
     response = await guest.request("POST", "/actions", json=payload)
+    live.log_actions(desktop_id, batch if isinstance(batch, list) else [batch], started, "api")
     return Response(response.content, media_type="application/json")
 
 

@@ -1,0 +1,238 @@
+"""`/api/desktops/{id}/...` for the live view: WebRTC signalling, MJPEG, input, control,
+recordings and share links.
+
+Every route here takes the admin token or a share token scoped to the desktop in the path
+(`view` or `control`), so a shared link opens one desktop's viewer and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import FileResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import Receive, Scope, Send
+
+from desktop.api.auth import (
+    AccessMode,
+    AdminAccess,
+    ControlAccess,
+    ViewAccess,
+    access_of,
+    check_access,
+    share_token,
+)
+from desktop.api.errors import status_for
+from desktop.errors import CubicleError
+from streaming.control import ControlState, Viewer
+from streaming.live import LiveDesktops, LiveState
+from streaming.mjpeg import MEDIA_TYPE
+from streaming.recording import ActionLog, RecordingInfo
+
+router = APIRouter(prefix="/api/desktops", tags=["live view"])
+
+
+def get_live(request: Request) -> LiveDesktops:
+    return request.app.state.live
+
+
+LiveDep = Annotated[LiveDesktops, Depends(get_live)]
+
+
+class Offer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["offer"] = "offer"
+    sdp: str = Field(min_length=1, max_length=200_000)
+    """The browser's `RTCPeerConnection.createOffer()` SDP, candidates included."""
+
+
+class Answer(BaseModel):
+    type: Literal["answer"] = "answer"
+    sdp: str
+    viewer_id: str
+    """This viewer's id, for `POST .../control`."""
+
+
+class ControlRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    viewer_id: str = Field(min_length=1, max_length=64)
+    take: bool
+    """True takes control (from whoever has it); False gives it back."""
+
+
+class ShareRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: AccessMode = "view"
+    """`view` watches only; `control` may also take control."""
+    ttl_s: Annotated[int, Field(ge=60, le=30 * 86_400)] = 86_400
+    """Seconds the link works."""
+
+
+class ShareLink(BaseModel):
+    desktop_id: str
+    mode: AccessMode
+    token: str
+    url: str
+    """The viewer page with the token in it."""
+    expires_at: datetime
+
+
+@router.post("/{desktop_id}/webrtc")
+async def webrtc_offer(desktop_id: str, body: Offer, access: ViewAccess, live: LiveDep) -> Answer:
+    """Open a WebRTC view: post the browser's offer, get the answer and a viewer id.
+
+    The offer needs a receive-only video section (H.264, packetization-mode 1) and may carry
+    a data channel, which then takes the viewer's input and reports who controls.
+    """
+    viewer, sdp = await live.get(desktop_id).add_webrtc_viewer(
+        body.sdp, can_control=access.mode == "control"
+    )
+    return Answer(sdp=sdp, viewer_id=viewer.id)
+
+
+class _ClosingStream(StreamingResponse):
+    """A streamed body whose generator is closed however the response ends."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+
+@router.get("/{desktop_id}/mjpeg", response_class=StreamingResponse)
+async def mjpeg(desktop_id: str, access: ViewAccess, live: LiveDep) -> StreamingResponse:
+    """The fallback view: the screen as MJPEG (`multipart/x-mixed-replace`), for an `<img>`."""
+    feed = live.get(desktop_id).jpeg
+    return _ClosingStream(
+        feed.watch(), media_type=MEDIA_TYPE, headers={"Cache-Control": "no-store"}
+    )
+
+
+class _SocketOut:
+    """Messages to a WebSocket viewer, written in order by one task; a full queue drops."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=256)
+
+    def send_text(self, text: str) -> None:
+        if not self._queue.full():
+            self._queue.put_nowait(text)
+
+    def close(self) -> None:
+        if self._queue.full():
+            self._queue.get_nowait()
+        self._queue.put_nowait(None)
+
+    async def run(self, websocket: WebSocket) -> None:
+        try:
+            while (text := await self._queue.get()) is not None:
+                await websocket.send_text(text)
+            await websocket.close(code=1001, reason="the desktop is gone")
+        except (WebSocketDisconnect, RuntimeError):
+            pass  # the page left first
+
+
+@router.websocket("/{desktop_id}/input")
+async def input_socket(websocket: WebSocket, desktop_id: str) -> None:
+    """The fallback's input and control messages (WebRTC viewers use their data channel).
+
+    The first message says who controls and carries this viewer's id. Auth problems close
+    the socket with code 4000 + the HTTP status (4401, 4403, 4404) and the reason.
+    """
+    await websocket.accept()
+    try:
+        access = access_of(websocket)
+        check_access(access, desktop_id, "view")
+        live = websocket.app.state.live.get(desktop_id)
+    except CubicleError as exc:
+        await websocket.close(code=4000 + status_for(exc), reason=exc.message[:120])
+        return
+    out = _SocketOut()
+    viewer = Viewer(out, "mjpeg", can_control=access.mode == "control")
+    writer = asyncio.create_task(out.run(websocket), name=f"ws-{viewer.id}")
+    live.control.join(viewer)
+    try:
+        while True:
+            live.control.handle(viewer, await websocket.receive_text())
+    except WebSocketDisconnect:
+        pass
+    finally:
+        live.control.leave(viewer)
+        writer.cancel()
+        await asyncio.wait([writer])
+
+
+@router.post("/{desktop_id}/control")
+async def control(
+    desktop_id: str, body: ControlRequest, access: ControlAccess, live: LiveDep
+) -> ControlState:
+    """Take control for a viewer (from whoever had it) or give it back."""
+    desktop = live.get(desktop_id)
+    if body.take:
+        return desktop.take_control(body.viewer_id)
+    return desktop.release_control(body.viewer_id)
+
+
+@router.get("/{desktop_id}/live")
+async def live_state(desktop_id: str, access: ViewAccess, live: LiveDep) -> LiveState:
+    """Who watches, who controls, the stream's figures and the running recording."""
+    return await live.get(desktop_id).state()
+
+
+@router.post("/{desktop_id}/recording/start")
+async def start_recording(desktop_id: str, access: ControlAccess, live: LiveDep) -> RecordingInfo:
+    """Start recording the screen to MP4 (or get the recording already running)."""
+    return live.get(desktop_id).start_recording()
+
+
+@router.post("/{desktop_id}/recording/stop")
+async def stop_recording(desktop_id: str, access: ControlAccess, live: LiveDep) -> RecordingInfo:
+    """Stop the running recording and finish its file and action log."""
+    return await live.get(desktop_id).stop_recording()
+
+
+@router.get("/{desktop_id}/recordings")
+async def list_recordings(
+    desktop_id: str, access: ViewAccess, live: LiveDep
+) -> list[RecordingInfo]:
+    return live.list_recordings(desktop_id)
+
+
+@router.get("/{desktop_id}/recordings/{recording_id}.mp4", response_class=FileResponse)
+async def recording_video(
+    desktop_id: str, recording_id: str, access: ViewAccess, live: LiveDep
+) -> FileResponse:
+    """The MP4 of a finished recording."""
+    path = live.recording_video(desktop_id, recording_id)
+    return FileResponse(path, media_type="video/mp4", filename=f"{desktop_id}-{recording_id}.mp4")
+
+
+@router.get("/{desktop_id}/recordings/{recording_id}/actions")
+async def recording_actions(
+    desktop_id: str, recording_id: str, access: ViewAccess, live: LiveDep
+) -> ActionLog:
+    """The actions run during a recording, each with its offset (ms) into the video."""
+    return live.recording_log(desktop_id, recording_id)
+
+
+@router.post("/{desktop_id}/share")
+async def share(
+    desktop_id: str,
+    request: Request,
+    access: AdminAccess,
+    live: LiveDep,
+    body: ShareRequest | None = None,
+) -> ShareLink:
+    """A link to this desktop's viewer that can watch (`view`) or also take control."""
+    live.get(desktop_id)
+    body = body or ShareRequest()
+    expires = datetime.now(UTC) + timedelta(seconds=body.ttl_s)
+    token = share_token(request.app.state.token, desktop_id, body.mode, expires)
+    url = f"{str(request.base_url).rstrip('/')}/view/{desktop_id}?token={token}"
+    return ShareLink(
+        desktop_id=desktop_id, mode=body.mode, token=token, url=url, expires_at=expires
+    )

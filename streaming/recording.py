@@ -1,0 +1,237 @@
+"""Recordings: the hub's H.264 packets muxed into MP4 as they are, plus a log of actions.
+
+A `Recorder` is one more subscriber of the desktop's hub, so it starts at a keyframe (asked
+of the guest) and costs no encoding. Time 0 of the video is the moment recording started:
+the first keyframe, which arrives a little later, is shown from 0. Each packet lasts until
+the next one, and the last one until the recording stopped, so a still screen still gives a
+video as long as the recording. Every action run on the desktop while it records (through
+the API or from a viewer) is logged with its offset into the video.
+
+Files, in the recordings directory of the desktop: `<id>.mp4.part` while recording, then
+`<id>.mp4` and `<id>.json` (the `ActionLog`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Literal
+
+import av
+from pydantic import BaseModel
+
+from desktop import actions as a
+from streaming.frames import EncodedFrame
+from streaming.hub import FrameHub, Subscription
+
+log = logging.getLogger("cubicle.streaming")
+
+FIRST_FRAME_TIMEOUT_S = 5.0
+"""How long a stopping recording still waits for its first frame."""
+_MICROSECONDS = Fraction(1, 1_000_000)
+_MIN_LAST_US = 33_333
+"""Shortest duration given to the last frame: one frame at 30 fps."""
+
+ActionSource = Literal["api", "viewer"]
+RecordingStatus = Literal["recording", "finished", "failed"]
+
+
+class ActionEntry(BaseModel):
+    offset_ms: float
+    """Milliseconds from the start of the video to the action (0 if it came first)."""
+    source: ActionSource
+    """`api`: a REST call; `viewer`: a person controlling from the browser."""
+    action: a.Action
+
+
+class RecordingInfo(BaseModel):
+    id: str
+    desktop_id: str
+    status: RecordingStatus
+    started_at: datetime
+    stopped_at: datetime | None = None
+    duration_ms: float | None = None
+    """Milliseconds of video; None until the first frame arrived."""
+    frames: int = 0
+    bytes: int = 0
+    """Size of the MP4 file."""
+    width: int | None = None
+    """Pixels."""
+    height: int | None = None
+    """Pixels."""
+    reason: str | None = None
+    """Why a recording failed."""
+
+
+class ActionLog(BaseModel):
+    recording: RecordingInfo
+    actions: list[ActionEntry]
+
+
+class _Mp4Writer:
+    """An MP4 file being written from Annex-B H.264 access units; blocking, use in a thread."""
+
+    def __init__(self, path: Path, width: int, height: int) -> None:
+        self._container = av.open(str(path), "w", format="mp4", options={"movflags": "+faststart"})
+        self._stream = self._container.add_stream("h264")
+        self._stream.width, self._stream.height = width, height
+        self._stream.time_base = _MICROSECONDS
+
+    def write(self, frame: EncodedFrame, pts_us: int, duration_us: int) -> None:
+        packet = av.Packet(frame.data)
+        packet.pts = packet.dts = pts_us
+        packet.duration = max(1, duration_us)
+        packet.time_base = _MICROSECONDS
+        packet.is_keyframe = frame.keyframe
+        packet.stream = self._stream
+        self._container.mux(packet)
+
+    def close(self) -> None:
+        self._container.close()
+
+
+class Recorder:
+    """One recording of one desktop, from `start()` to `stop()`."""
+
+    def __init__(self, hub: FrameHub, directory: Path, desktop_id: str) -> None:
+        self.id = uuid.uuid4().hex[:12]
+        self.desktop_id = desktop_id
+        self.directory = directory
+        self._hub = hub
+        self._info = RecordingInfo(
+            id=self.id, desktop_id=desktop_id, status="recording", started_at=datetime.now(UTC)
+        )
+        self._entries: list[tuple[int, ActionSource, a.Action]] = []
+        self._writer: _Mp4Writer | None = None
+        self._t0: int | None = None
+        """Hub-clock microseconds when recording started: time 0 of the video."""
+        self._pending: EncodedFrame | None = None
+        """The last frame received, written once the next one (or the stop) ends it."""
+        self._pending_at = 0
+        """Hub-clock microseconds from which the pending frame shows."""
+        self._first = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._stopping: asyncio.Task | None = None
+        self._subscription: Subscription | None = None
+
+    @property
+    def video_path(self) -> Path:
+        return self.directory / f"{self.id}.mp4"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / f"{self.id}.json"
+
+    @property
+    def _part(self) -> Path:
+        return self.directory / f"{self.id}.mp4.part"
+
+    @property
+    def recording(self) -> bool:
+        return self._info.status == "recording" and self._stopping is None
+
+    def start(self) -> None:
+        """Subscribe to the hub (which asks for a keyframe) and record from the next one."""
+        if self._task is None:
+            self._t0 = self._hub.clock_us()
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._subscription = self._hub.subscribe(f"recording-{self.id}")
+            self._task = asyncio.create_task(self._run(self._subscription), name=self.id)
+
+    def log(self, actions: list[a.Action], at_us: int, source: ActionSource) -> None:
+        """Note actions that ran at `at_us` on the hub's clock."""
+        if self.recording:
+            self._entries.extend((at_us, source, action) for action in actions)
+
+    def info(self) -> RecordingInfo:
+        return self._info.model_copy()
+
+    def action_log(self) -> ActionLog:
+        t0 = self._t0 if self._t0 is not None else 0
+        return ActionLog(
+            recording=self.info(),
+            actions=[
+                ActionEntry(offset_ms=max(0.0, (at - t0) / 1000), source=source, action=action)
+                for at, source, action in self._entries
+            ],
+        )
+
+    async def _run(self, subscription: Subscription) -> None:
+        assert self._t0 is not None
+        try:
+            async for frame in subscription:
+                if self._writer is None:
+                    self._writer = await asyncio.to_thread(
+                        _Mp4Writer, self._part, frame.width, frame.height
+                    )
+                    self._info.width, self._info.height = frame.width, frame.height
+                    self._first.set()
+                at = self._t0 if self._pending is None else max(frame.pts_us, self._pending_at + 1)
+                if self._pending is not None:
+                    await self._write(self._pending, self._pending_at, at)
+                self._pending, self._pending_at = frame, at
+        except (av.FFmpegError, OSError) as exc:
+            log.warning("recording %s failed: %s", self.id, exc)
+            self._info.reason = f"writing the video failed: {exc}"
+            subscription.close()
+
+    async def _write(self, frame: EncodedFrame, start_us: int, end_us: int) -> None:
+        """Write a frame shown from `start_us` to `end_us` (hub clock)."""
+        assert self._writer is not None and self._t0 is not None
+        await asyncio.to_thread(self._writer.write, frame, start_us - self._t0, end_us - start_us)
+        self._info.frames += 1
+
+    async def stop(self) -> RecordingInfo:
+        """Finish the file and the log; idempotent (a second call waits for the first)."""
+        if self._stopping is None:
+            self._stopping = asyncio.create_task(self._finish(), name=f"finish-{self.id}")
+        return await asyncio.shield(self._stopping)
+
+    async def _finish(self) -> RecordingInfo:
+        stopped_us = self._hub.clock_us()
+        if self._pending is None and self._info.reason is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._first.wait(), FIRST_FRAME_TIMEOUT_S)
+        if self._subscription is not None:
+            self._subscription.close()
+        if self._task is not None:
+            await self._task
+        self._info.stopped_at = datetime.now(UTC)
+        try:
+            await self._close_file(stopped_us)
+        except (av.FFmpegError, OSError) as exc:
+            self._info.reason = f"writing the video failed: {exc}"
+        if self._info.reason is None:
+            self._part.rename(self.video_path)
+            self._info.status = "finished"
+            self._info.bytes = self.video_path.stat().st_size
+        else:
+            self._info.status = "failed"
+            self._part.unlink(missing_ok=True)
+        text = self.action_log().model_dump_json(indent=1)
+        await asyncio.to_thread(self.log_path.write_text, text)
+        log.info("recording %s %s %s", self.id, self._info.status, self._info.reason or "")
+        return self.info()
+
+    async def _close_file(self, stopped_us: int) -> None:
+        """Write the last frame, lasting until the stop, and close the file."""
+        if self._writer is None or self._pending is None or self._t0 is None:
+            self._info.reason = self._info.reason or (
+                f"no video arrived from the desktop within {FIRST_FRAME_TIMEOUT_S:.0f} s"
+            )
+            return
+        end = max(stopped_us, self._pending_at + _MIN_LAST_US)
+        if self._info.reason is None:
+            await self._write(self._pending, self._pending_at, end)
+        await asyncio.to_thread(self._writer.close)
+        self._info.duration_ms = (end - self._t0) / 1000
+
+
+def read_log(path: Path) -> ActionLog:
+    """A finished recording's log, as written by `Recorder.stop()`."""
+    return ActionLog.model_validate_json(path.read_text())
