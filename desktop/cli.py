@@ -5,6 +5,7 @@ cubicle desktop create             start a desktop, print its id
 cubicle desktop ls                 list desktops
 cubicle desktop screenshot ID -o shot.png
 cubicle desktop kill ID
+cubicle run "TASK" --model-url URL --model NAME   run the agent on a fresh desktop
 """
 
 from __future__ import annotations
@@ -14,13 +15,19 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from desktop.errors import CubicleError
+
+if TYPE_CHECKING:
+    from agent.steps import StepRecord
+    from desktop.sdk import AsyncDesktop
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from agent.api import router as runs_router  # the assembly is where the rooms meet
     from desktop.app import create_app
     from desktop.settings import Settings
 
@@ -29,12 +36,13 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["data_dir"] = Path(args.data_dir)
     settings = Settings(**overrides)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per call to a guest is noise
 
     def announce(url: str) -> None:
         print(f"\nCubicle is running: {url}\n", flush=True)
 
     uvicorn.run(
-        create_app(settings, on_ready=announce),
+        create_app(settings, on_ready=announce, routers=[runs_router]),
         host=settings.host,
         port=settings.port,
         log_level="warning",
@@ -73,6 +81,83 @@ async def _desktop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_step(step: StepRecord) -> None:
+    where = "".join(f" → ({g.x}, {g.y}) {g.source}" for g in step.grounded)
+    took = f"{step.timings.total_ms / 1000:.2f} s (model {step.timings.model_ms / 1000:.2f} s)"
+    print(f"[{step.index}] {step.action_text or 'no action'}{where} · {took}", flush=True)
+    if step.thought:
+        print(f"    thought: {step.thought}", flush=True)
+    if step.error:
+        print(f"    error: {step.error}", flush=True)
+
+
+async def _viewer_url(d: AsyncDesktop) -> str:
+    """A view-only link to the desktop's live view, or why there is none."""
+    try:
+        response = await d._call("POST", "share", json={"mode": "view"})
+    except CubicleError as exc:
+        return f"unavailable ({exc.message})"
+    return str(response.json()["url"])
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from agent.loop import run_task
+    from agent.settings import load_settings
+    from agent.store import RunStore, new_run_id
+    from desktop.sdk import AsyncDesktop
+    from desktop.settings import Settings
+
+    flags = {
+        "base_url": args.model_url,
+        "api_key": args.api_key,
+        "timeout_s": args.model_timeout,
+        "planner.model": args.model,
+        "planner.kind": args.planner,
+        "planner.family": args.planner_family,
+        "grounder.spec": args.grounder,
+        "grounder.model": args.grounder_model,
+        "grounder.family": args.grounder_family,
+        "grounder.base_url": args.grounder_url,
+        "limits.max_steps": args.max_steps,
+        "limits.max_wall_s": args.max_time,
+        "allow_exec": args.allow_exec or None,
+        "a11y_text": args.a11y_text or None,
+    }
+    config = Path(args.config) if args.config else None
+    settings = load_settings(flags, config=config).resolve()
+    data_dir = Path(args.data_dir) if args.data_dir else Settings().data_dir
+    if args.desktop:
+        d = await AsyncDesktop.connect(args.desktop)
+    else:
+        width, _, height = args.resolution.partition("x")
+        d = await AsyncDesktop.create(resolution=(int(width), int(height)), network=args.network)
+    run_id = new_run_id()
+    try:
+        screen = d.info.screen
+        print(f"run {run_id} on desktop {d.id} ({screen.width}x{screen.height})", flush=True)
+        grounder = settings.grounder.spec or "none (the planner grounds itself)"
+        print(f"planner {settings.planner.kind}:{settings.planner.model}, grounder {grounder}")
+        print(f"watch live: {await _viewer_url(d)}", flush=True)
+        record = await run_task(
+            d, args.task, settings, store=RunStore(data_dir), on_step=_print_step, run_id=run_id
+        )
+        print(f"record: {data_dir / 'runs' / run_id} (GET /api/runs/{run_id})")
+        if record.status == "done":
+            print(f"done{': ' + record.reason if record.reason else ''}", flush=True)
+            return 0
+        print(f"failed: {record.reason}", flush=True)
+        return 1
+    except asyncio.CancelledError:
+        print("cancelled", flush=True)
+        raise
+    finally:
+        if args.desktop or args.keep:
+            print(f"desktop {d.id} left running", flush=True)
+            await d.close()
+        else:
+            await d.kill()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cubicle", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -96,14 +181,45 @@ def main(argv: list[str] | None = None) -> int:
     kill = actions.add_parser("kill", help="stop a desktop")
     kill.add_argument("id")
 
+    run = commands.add_parser("run", help="run the agent on a task, on a fresh desktop")
+    run.add_argument("task", help="what to do, in words")
+    run.add_argument("--model-url", help="OpenAI-compatible endpoint (OPENAI_BASE_URL)")
+    run.add_argument("--api-key", help="its API key (OPENAI_API_KEY)")
+    run.add_argument("--model", help="the planner model (CUBICLE_PLANNER_MODEL)")
+    run.add_argument(
+        "--planner", choices=["json", "ui-tars"], help="planner kind (default: by name)"
+    )
+    run.add_argument("--planner-family", help="frame of points in its answers (default: by name)")
+    run.add_argument(
+        "--grounder", help='grounders in order, e.g. "a11y,ocr,vlm" (CUBICLE_GROUNDER)'
+    )
+    run.add_argument("--grounder-model", help="the vlm grounder's model (default: the planner's)")
+    run.add_argument("--grounder-family", help="the vlm grounder's family (default: by name)")
+    run.add_argument("--grounder-url", help="the vlm grounder's endpoint, if it differs")
+    run.add_argument("--config", help="agent TOML file (CUBICLE_AGENT_CONFIG)")
+    run.add_argument("--max-steps", type=int, help="step cap (default 30)")
+    run.add_argument("--max-time", type=float, help="wall-time cap, seconds (default 900)")
+    run.add_argument("--model-timeout", type=float, help="seconds per model request")
+    run.add_argument("--allow-exec", action="store_true", help="let the planner run commands")
+    run.add_argument("--a11y-text", action="store_true", help="show it the a11y tree as text")
+    run.add_argument("--desktop", help="use this running desktop instead of a fresh one")
+    run.add_argument("--keep", action="store_true", help="leave the fresh desktop running")
+    run.add_argument("--resolution", default="1280x800", help="WIDTHxHEIGHT of a fresh desktop")
+    run.add_argument("--network", action="store_true", help="give a fresh desktop a network")
+    run.add_argument("--data-dir", help="where runs are recorded (CUBICLE_DATA_DIR)")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "run":
+            return asyncio.run(_run(args))
         return asyncio.run(_desktop(args))
     except CubicleError as exc:
         print(f"cubicle: {exc.message}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
