@@ -139,6 +139,7 @@ def session_env(base: dict[str, str], display: str) -> dict[str, str]:
         # root window; XFCE's parts start together, so each loaded Mesa's software
         # renderer (LLVM): the window manager took 2.8 s instead of 0.5 s, ~10 MB each.
         GDK_GL="disable",
+        GSETTINGS_BACKEND="keyfile",  # no dconf service: settings live in ~/.config/glib-2.0
     )
     env.pop("NO_AT_BRIDGE", None)  # it would hide apps from the accessibility tree
     return env
