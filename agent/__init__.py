@@ -1,8 +1,10 @@
-"""Cubicle's computer-use agent, being built piece by piece.
+"""Cubicle's computer-use agent: screenshot → planner → grounder → action → settle, repeat.
 
-Today: grounders, which turn a description of an on-screen element into screen pixels
-(`VlmGrounder` over any OpenAI-compatible endpoint), and the agent's errors. The planner,
-the loop and the task board come next. Names load on first use.
+The agent drives desktops only through the `desktop` SDK, like any user program. Models
+are reached through OpenAI-compatible chat-completions endpoints. Grounders turn a
+description of an on-screen element into screen pixels (accessibility tree, OCR, or a
+vision model of a known family); every run is recorded step by step. Names load on
+first use.
 """
 
 from __future__ import annotations
@@ -13,20 +15,37 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agent.errors import AgentError, GroundingError, ModelError
     from agent.grounding import Grounder, GroundingResult, VlmGrounder, smart_resize
+    from agent.loop import Agent, run_task
+    from agent.planner import ChatPlanner
+    from agent.settings import AgentSettings, load_settings
+    from agent.store import RunStore
+    from agent.uitars import UiTarsPlanner
 
 _HOMES = {
     "agent.errors": ("AgentError", "GroundingError", "ModelError"),
     "agent.grounding": ("Grounder", "GroundingResult", "VlmGrounder", "smart_resize"),
+    "agent.loop": ("Agent", "run_task"),
+    "agent.planner": ("ChatPlanner",),
+    "agent.settings": ("AgentSettings", "load_settings"),
+    "agent.store": ("RunStore",),
+    "agent.uitars": ("UiTarsPlanner",),
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
+    "Agent",
     "AgentError",
+    "AgentSettings",
+    "ChatPlanner",
     "Grounder",
     "GroundingError",
     "GroundingResult",
     "ModelError",
+    "RunStore",
+    "UiTarsPlanner",
     "VlmGrounder",
+    "load_settings",
+    "run_task",
     "smart_resize",
 ]
 

@@ -94,10 +94,9 @@ def _print_step(step: StepRecord) -> None:
 async def _viewer_url(d: AsyncDesktop) -> str:
     """A view-only link to the desktop's live view, or why there is none."""
     try:
-        response = await d._call("POST", "share", json={"mode": "view"})
+        return await d.share("view")
     except CubicleError as exc:
         return f"unavailable ({exc.message})"
-    return str(response.json()["url"])
 
 
 async def _run(args: argparse.Namespace) -> int:

@@ -319,6 +319,11 @@ class AsyncDesktop:
     async def exec(self, command: str | list[str], **kwargs: Any) -> ExecResult:
         return await self.commands.run(command, **kwargs)
 
+    async def share(self, mode: Literal["view", "control"] = "view", ttl_s: int = 86_400) -> str:
+        """A link to the desktop's live view, valid `ttl_s` seconds; `control` may take over."""
+        response = await self._call("POST", "share", json={"mode": mode, "ttl_s": ttl_s})
+        return str(response.json()["url"])
+
     async def get_clipboard(self) -> str:
         return (await self._call("GET", "clipboard")).json()["text"]
 
@@ -436,6 +441,7 @@ class Desktop:
     open = _blocking(AsyncDesktop.open)
     launch = _blocking(AsyncDesktop.launch)
     exec = _blocking(AsyncDesktop.exec)
+    share = _blocking(AsyncDesktop.share)
     get_clipboard = _blocking(AsyncDesktop.get_clipboard)
     set_clipboard = _blocking(AsyncDesktop.set_clipboard)
 

@@ -12,12 +12,19 @@ from desktop import errors
 
 def test_public_names_are_pinned():
     assert agent.__all__ == [
+        "Agent",
         "AgentError",
+        "AgentSettings",
+        "ChatPlanner",
         "Grounder",
         "GroundingError",
         "GroundingResult",
         "ModelError",
+        "RunStore",
+        "UiTarsPlanner",
         "VlmGrounder",
+        "load_settings",
+        "run_task",
         "smart_resize",
     ]
     for name in agent.__all__:
