@@ -42,9 +42,7 @@ async def test_scaled_png_and_jpeg_report_their_scale(capture):
         assert shot.scale == pytest.approx(4.0)
 
 
-async def test_unchanged_screen_reuses_the_encoding_until_something_is_drawn(
-    capture, x_session
-):
+async def test_unchanged_screen_reuses_the_encoding_until_something_is_drawn(capture, x_session):
     _paint(x_session, "#204060")
     first = await capture.screenshot("png")
     again = await capture.screenshot("png")
