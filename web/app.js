@@ -5,6 +5,7 @@ const token = params.get("token") || sessionStorage.getItem("cubicle-token") || 
 sessionStorage.setItem("cubicle-token", token);
 const headers = { Authorization: `Bearer ${token}` };
 const statusLine = document.getElementById("status");
+document.getElementById("runs-link").href = `/web/runs.html?token=${encodeURIComponent(token)}`;
 
 async function api(method, path, body) {
   const response = await fetch(path, {
