@@ -68,7 +68,9 @@ def create_app(guest: Guest) -> FastAPI:
         loop = asyncio.get_running_loop()
         started = loop.time()
         results = [
-            await dispatch.execute(action, guest.on_x, guest.input, guest.screen)
+            await dispatch.execute(
+                action, guest.on_x, guest.input, guest.screen, guest.system.desktop_cpu_seconds
+            )
             for action in items
         ]
         return a.ActionsResponse(results=results, elapsed_ms=(loop.time() - started) * 1000)

@@ -49,7 +49,11 @@ def validate(batch: list[a.Action], width: int, height: int) -> None:
 
 
 async def execute(
-    action: a.Action, run_on_x: RunOnX, controller: InputController, screen: ScreenCapture
+    action: a.Action,
+    run_on_x: RunOnX,
+    controller: InputController,
+    screen: ScreenCapture,
+    busy_cpu_s: Callable[[], float] | None = None,
 ) -> a.ActionResult:
     """Carry out one checked action and report how long it took."""
     started = time.perf_counter()
@@ -86,7 +90,7 @@ async def execute(
         case a.Wait():
             await asyncio.sleep(action.ms / 1000)
         case a.WaitForSettle():
-            settled = await screen.wait_for_settle(action.quiet_ms, action.timeout_ms)
+            settled = await screen.wait_for_settle(action.quiet_ms, action.timeout_ms, busy_cpu_s)
     return a.ActionResult(
         type=action.type, elapsed_ms=(time.perf_counter() - started) * 1000, settled=settled
     )

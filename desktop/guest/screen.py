@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import io
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
@@ -23,6 +24,9 @@ from desktop.guest import png
 from streaming.capture import DamagedScreen
 
 ImageFormat = Literal["png", "jpeg", "webp"]
+
+BUSY_CORES = 0.1
+"""CPU use of the desktop's programs, in cores, above which the screen is not settled."""
 
 CONTENT_TYPES: dict[str, str] = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
 
@@ -188,23 +192,52 @@ class ScreenCapture:
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
-    async def wait_for_settle(self, quiet_ms: int, timeout_ms: int) -> bool:
-        """Return True once the screen stayed unchanged for `quiet_ms` milliseconds.
+    def _changed_sync(self) -> bool:
+        """Whether anything was drawn since the last look (the first look grabs)."""
+        if self._screen is None or self._last is None:
+            self._grab_sync()
+            return True
+        if self._screen.take_damage(sync=True):
+            self._grab_sync()  # empties the damage region again, keeps the cache honest
+            return True
+        return False
 
-        Returns False if it was still changing after `timeout_ms` milliseconds.
+    async def wait_for_settle(
+        self,
+        quiet_ms: int,
+        timeout_ms: int,
+        busy_cpu_s: Callable[[], float] | None = None,
+    ) -> bool:
+        """Return True once nothing was drawn for `quiet_ms` milliseconds.
+
+        X DAMAGE says whether anything was drawn, so waiting costs no grabs. With
+        `busy_cpu_s` (CPU seconds the desktop's programs have used so far), the screen
+        also counts as busy while they use more than a tenth of a core: an app building
+        a dialog can compute for half a second before it draws anything. Returns False if
+        it was still busy after `timeout_ms` milliseconds.
         """
+        loop = asyncio.get_running_loop()
         deadline = time.monotonic() + timeout_ms / 1000
-        previous = await self.grab()
-        quiet_since = previous.captured_at
+        quiet_since = time.monotonic()
+        await loop.run_in_executor(self._executor, self._changed_sync)
+        cpu_marks = []
+        if busy_cpu_s is not None:
+            cpu_marks.append((quiet_since, await loop.run_in_executor(None, busy_cpu_s)))
         while True:
-            await asyncio.sleep(min(0.025, quiet_ms / 4000))
-            frame = await self.grab()
-            if frame.bgra != previous.bgra:
-                quiet_since = frame.captured_at
-                previous = frame
-            if frame.captured_at - quiet_since >= quiet_ms / 1000:
+            await asyncio.sleep(min(0.02, quiet_ms / 5000))
+            now = time.monotonic()
+            if await loop.run_in_executor(self._executor, self._changed_sync):
+                quiet_since = now
+            if busy_cpu_s is not None:
+                cpu_marks.append((now, await loop.run_in_executor(None, busy_cpu_s)))
+                while len(cpu_marks) > 2 and now - cpu_marks[1][0] >= quiet_ms / 1000:
+                    cpu_marks.pop(0)
+                (then, cpu_then), (_, cpu_now) = cpu_marks[0], cpu_marks[-1]
+                if now > then and (cpu_now - cpu_then) / (now - then) > BUSY_CORES:
+                    quiet_since = now
+            if now - quiet_since >= quiet_ms / 1000:
                 return True
-            if frame.captured_at >= deadline:
+            if now >= deadline:
                 return False
 
     def close(self) -> None:

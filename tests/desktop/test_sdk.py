@@ -30,8 +30,8 @@ def test_blocking_sdk_drives_a_desktop(service):
         d.left_click(editor.x + 100, editor.y + 150)
         d.write("sdk ✓")
         d.press(["ctrl", "a"])
-        d.press("ctrl+c")
-        assert d.get_clipboard() == "sdk ✓"
+        d.press("ctrl+c")  # input is in the X server's hands on return, not yet the app's
+        _wait_for(lambda: d.get_clipboard() == "sdk ✓", "the copied text on the clipboard")
         assert d.wait_for_settle(quiet_ms=200)
         shot = Image.open(io.BytesIO(d.screenshot("jpeg", max_width=640)))
         assert shot.size == (640, 400)

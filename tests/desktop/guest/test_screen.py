@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import os
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -60,3 +65,53 @@ async def test_cursor_pictures_are_never_reused(capture):
     first = await capture.screenshot("png", cursor=True)
     second = await capture.screenshot("png", cursor=True)
     assert not first.cached and not second.cached
+
+
+def _cpu_meter(pid: int):
+    """CPU seconds used by `pid` so far; after it exits, what it had used in all."""
+    last = 0.0
+
+    def used() -> float:
+        nonlocal last
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        except FileNotFoundError:
+            return last
+        last = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return last
+
+    return used
+
+
+async def test_settle_waits_while_the_desktop_computes_without_drawing(capture, x_session):
+    quiet = await capture.wait_for_settle(150, 3000)
+    assert quiet
+    # A program that computes for ~0.8 s and draws nothing, like an app building a dialog.
+    spin = "import time\nend = time.time() + 0.8\nwhile time.time() < end: pass"
+    worker = await asyncio.create_subprocess_exec(sys.executable, "-c", spin)
+    try:
+        started = time.monotonic()
+        blind = await capture.wait_for_settle(150, 3000)
+        blind_s = time.monotonic() - started
+        started = time.monotonic()
+        settled = await capture.wait_for_settle(150, 3000, _cpu_meter(worker.pid))
+        aware_s = time.monotonic() - started
+    finally:
+        await worker.wait()
+    assert blind and settled
+    assert blind_s < 0.5  # the screen alone looks settled at once
+    assert aware_s > 0.4  # watching the CPU, it waits for the work to end
+
+
+async def test_settle_times_out_while_the_screen_keeps_changing(capture, x_session):
+    painter = await asyncio.create_subprocess_exec(
+        "sh", "-c", "while true; do xsetroot -solid red; xsetroot -solid blue; done",
+        env=x_session.env,
+    )  # fmt: skip
+    try:
+        started = time.monotonic()
+        assert not await capture.wait_for_settle(200, 800)
+        assert 0.7 < time.monotonic() - started < 2.0
+    finally:
+        painter.kill()
+        await painter.wait()
