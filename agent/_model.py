@@ -1,8 +1,7 @@
-"""`ChatModel`: the planners' door to an OpenAI-compatible chat-completions endpoint.
+"""`ChatModel`: the agent's door to an OpenAI-compatible chat-completions endpoint.
 
 Timeouts, retries with exponential backoff, and the translation of `openai` exceptions into
-`ModelError` happen here and nowhere else on the planner's side (the VLM grounder has the
-same boundary in `agent.grounding.vlm`).
+`ModelError` happen here and nowhere else, for planners and VLM grounders alike.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Self
 
@@ -75,6 +75,7 @@ class ChatModel:
         retry_backoff_s: float = 1.0,
         temperature: float | None = 0.0,
         max_tokens: int = 1024,
+        extra_body: Mapping[str, object] | None = None,
     ) -> None:
         self.model = model
         self.base_url = base_url
@@ -84,6 +85,8 @@ class ChatModel:
         self.retry_backoff_s = retry_backoff_s
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.extra_body = dict(extra_body) if extra_body else None
+        """Fields sent beside the standard ones (vLLM's `skip_special_tokens`, say)."""
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0
         )
@@ -100,6 +103,7 @@ class ChatModel:
                     messages=messages,
                     max_tokens=self.max_tokens,
                     temperature=openai.omit if self.temperature is None else self.temperature,
+                    extra_body=self.extra_body,
                 )
             except openai.APIStatusError as exc:
                 if not _retryable(exc.status_code) or attempt == attempts:
@@ -144,12 +148,23 @@ class ChatModel:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _answer_text(self, completion: object, attempt: int) -> str:
+        """The text of the first choice; tool calls (servers that parse Qwen's <tool_call>
+        themselves) are turned back into the text the model wrote."""
         if not isinstance(completion, ChatCompletion):  # the client hands back non-JSON text
             raise self._not_a_completion(str(completion), attempt)
-        choices = getattr(completion, "choices", None)
+        choices = getattr(completion, "choices", None)  # unset when the JSON is no completion
         if not choices:
             raise self._not_a_completion(completion.to_json(indent=None), attempt)
-        return choices[0].message.content or ""
+        message = choices[0].message
+        text = message.content or ""
+        for call in message.tool_calls or ():
+            function = getattr(call, "function", None)
+            if function is not None:
+                payload = (
+                    f'{{"name": {json.dumps(function.name)}, "arguments": {function.arguments}}}'
+                )
+                text += f"<tool_call>\n{payload}\n</tool_call>"
+        return text
 
     def _not_a_completion(self, body: str, attempt: int) -> ModelError:
         return ModelError(

@@ -270,7 +270,7 @@ async def test_an_unreachable_endpoint_raises_model_error():
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
     async with VlmGrounder("uground", "m", url, max_retries=1, **FAST) as grounder:
-        with pytest.raises(ModelError, match="cannot reach the model endpoint") as caught:
+        with pytest.raises(ModelError, match="cannot reach the grounding model endpoint") as caught:
             await grounder.ground("the Save button", screenshot((1280, 800)), (1280, 800))
     assert url in str(caught.value) and caught.value.attempts == 2
 
