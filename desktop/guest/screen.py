@@ -72,7 +72,7 @@ class ScreenCapture:
     """Grabs and encodes the screen of one X display on a dedicated thread.
 
     X DAMAGE says whether anything was drawn since the last grab. When nothing was, the
-    last grab is the screen, and an identical request is answered from the last encoding:
+    last grab is the screen, and a request seen before is answered from its encoding of it:
     agents tend to look at a settled screen more than once.
     """
 
@@ -83,8 +83,8 @@ class ScreenCapture:
         self._screen: DamagedScreen | None = None
         self._xlib: xdisplay.Display | None = None
         self._last: Frame | None = None
-        self._encoded: tuple[tuple, Encoded] | None = None
-        """The last encoding of `_last`, with the request it answered."""
+        self._encoded: dict[tuple, Encoded] = {}
+        """Encodings of `_last` made so far, by the request they answered."""
         self._closed = False
 
     # --- runs on the capture thread -------------------------------------------------------
@@ -95,7 +95,8 @@ class ScreenCapture:
         self._screen.take_damage()
         pixels = self._screen.grab()
         frame = Frame(bytes(pixels), self._screen.width, self._screen.height, time.monotonic())
-        self._last, self._encoded = frame, None
+        self._last = frame
+        self._encoded.clear()
         return frame
 
     def _current_sync(self) -> tuple[Frame, bool]:
@@ -124,11 +125,11 @@ class ScreenCapture:
     ) -> Encoded:
         frame, unchanged = self._current_sync()
         request = (fmt, quality, max_width, max_height)
-        if unchanged and not cursor and self._encoded and self._encoded[0] == request:
-            return dataclasses.replace(self._encoded[1], cached=True)
+        if unchanged and not cursor and request in self._encoded:
+            return dataclasses.replace(self._encoded[request], cached=True)
         encoded = self._encode_sync(frame, fmt, quality, max_width, max_height, cursor)
         if not cursor:  # the pointer moves without damage: never reuse a picture of it
-            self._encoded = (request, encoded)
+            self._encoded[request] = encoded
         return encoded
 
     def _encode_sync(

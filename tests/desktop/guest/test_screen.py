@@ -54,7 +54,8 @@ async def test_unchanged_screen_reuses_the_encoding_until_something_is_drawn(cap
     assert not first.cached and again.cached
     assert again.data == first.data
     other_format = await capture.screenshot("jpeg")
-    assert not other_format.cached  # a different request is encoded anew
+    assert not other_format.cached  # a different request is encoded anew, then kept too
+    assert (await capture.screenshot("jpeg")).cached and (await capture.screenshot("png")).cached
     _paint(x_session, "#a01010")  # no pause: the damage round trip must see it at once
     changed = await capture.screenshot("png")
     assert not changed.cached
