@@ -21,9 +21,7 @@ def page():
         browser.close()
 
 
-def test_a_recorded_run_replays_step_by_step(
-    service: Service, fake_model: FakeModelServer, page
-):
+def test_a_recorded_run_replays_step_by_step(service: Service, fake_model: FakeModelServer, page):
     fake_model.script([
         say("Start the text editor.", type="launch", app="mousepad"),
         say("Open the File menu.", type="click", target="the File menu"),
