@@ -75,6 +75,11 @@ def transport_figures(kind: Kind, data: dict[str, list]) -> dict[str, Any]:
             "one_viewer": one,
             "five_viewers": five,
             "five_over_one": _median(data["five_over_one"]),
+            "five_over_one_per_encoded_frame": _median(data["five_over_one_per_frame"])
+            if kind == "ours"
+            else None,
+            "guest_encoded_fps_one_viewer": _median(data["encoded_fps_one"]),
+            "guest_encoded_fps_five_viewers": _median(data["encoded_fps_five"]),
             "static_one_viewer": _median(data["whole_static"]),
             "streaming_one_viewer": _median(data["streaming_one"]),
             "streaming_five_viewers": _median(data["streaming_five"]),
@@ -91,12 +96,17 @@ def transport_figures(kind: Kind, data: dict[str, list]) -> dict[str, Any]:
                 "whole_one",
                 "whole_five",
                 "five_over_one",
+                "encoded_fps_one",
+                "encoded_fps_five",
                 "whole_static",
                 "teardown_s",
             )
         },
     }
     if kind == "ours":
+        figures["rounds"]["five_over_one_per_frame"] = [
+            round(v, 3) for v in data["five_over_one_per_frame"]
+        ]
         figures["browser_receiver"] = {
             "marker_only": data["receiver_still"],
             "moving_one_viewer": data["receiver_moving"],

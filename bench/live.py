@@ -69,6 +69,9 @@ DEFINITIONS = {
     "cpu_cores.streaming": "ours: service + guest daemon; noVNC: x11vnc + websockify",
     "five_viewers": "the page plus 4 non-decoding clients (aiortc peers, or RFB clients with "
     "noVNC's encodings through websockify)",
+    "five_over_one": "whole CPU with 5 viewers over the mean of the one-viewer windows before "
+    "and after; ..._per_encoded_frame: the same per frame the guest encoded in each window "
+    "(discounts windows in which the machine's load starved the encoder)",
     "static": "marker stopped, one page connected",
     "clock_check_ms": "page Date.now() minus host time.time(), per page, from the quickest "
     "of 5 calls (same kernel clock: expect ~0, within half a round trip)",
@@ -184,17 +187,24 @@ class _Run:
         self.clock_checks_ms.append(_clock_offset_ms(page))
         return page
 
-    def cpu(self, kind: Kind, name: str, window_s: float) -> float:
-        """Measure one CPU window and keep it; returns the whole stack's cores."""
+    def cpu(self, kind: Kind, name: str, window_s: float) -> tuple[float, float]:
+        """Measure one CPU window and keep it; returns the whole stack's cores and the
+        frames per second the guest's encoder produced meanwhile (0 for noVNC)."""
         window = CpuWindow(self.groups)
+        encoded = self.encoder_stats()["frames_encoded"]
         window.start()
+        started = time.monotonic()
         time.sleep(window_s)
         cores = window.stop()
+        encoded_fps = (self.encoder_stats()["frames_encoded"] - encoded) / (
+            time.monotonic() - started
+        )
         whole, streaming = _totals(kind, cores)
         self.keep(kind, f"cpu_{name}", cores)
         self.keep(kind, f"whole_{name}", whole)
         self.keep(kind, f"streaming_{name}", streaming)
-        return whole
+        self.keep(kind, f"encoded_fps_{name}", encoded_fps)
+        return whole, encoded_fps
 
     def connections(self, kind: Kind) -> int:
         """Viewers of the service, or websockify's processes (one per connection, HTTP
@@ -266,7 +276,7 @@ class _Run:
         time.sleep(self.plan.settle_s)
         start, encoder = page.reading(), self.encoder_stats()
         receiver = page.receiver() if kind == "ours" else {}
-        one = self.cpu(kind, "one", window)
+        one, one_fps = self.cpu(kind, "one", window)
         end = page.reading()
         if kind == "ours":
             self.keep(kind, "encoder_moving", encoder_delta(encoder, self.encoder_stats()))
@@ -285,7 +295,7 @@ class _Run:
             progress(f"live: {EXTRA_VIEWERS} extra {kind} viewers connected")
             time.sleep(self.plan.settle_s)
             start, extra_start = page.reading(), extra.report()
-            five = self.cpu(kind, "five", window)
+            five, five_fps = self.cpu(kind, "five", window)
             end, extra_end = page.reading(), extra.report()
         seconds = end.at_s - start.at_s
         extra_s = extra_end["at_s"] - extra_start["at_s"]
@@ -297,8 +307,11 @@ class _Run:
         # One viewer again (A-B-A), so that drift in the machine's load evens out.
         self.wait_for_connections(kind, connections)
         time.sleep(self.plan.settle_s)
-        again = self.cpu(kind, "one", window)
+        again, again_fps = self.cpu(kind, "one", window)
         self.keep(kind, "five_over_one", five / ((one + again) / 2))
+        if kind == "ours" and min(one_fps, five_fps, again_fps) > 0:  # per frame encoded
+            one_per_frame = (one / one_fps + again / again_fps) / 2
+            self.keep(kind, "five_over_one_per_frame", five / five_fps / one_per_frame)
 
     def _token(self) -> str:
         return self.service.client.headers["authorization"].split()[1]
