@@ -33,6 +33,8 @@ class StatusPipe:
     """JSON lines to the host about the desktop's progress; silent when there is no pipe."""
 
     def __init__(self, fd: int | None) -> None:
+        if fd is not None:
+            os.set_inheritable(fd, False)  # the desktop's programs must not write to the host
         self._file = os.fdopen(fd, "w", buffering=1) if fd is not None else None
 
     def event(self, name: str, **fields: Any) -> None:
@@ -177,8 +179,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="guest %(levelname)s %(message)s")
-    try:
-        import uvloop
-    except ImportError:  # uvicorn[standard] brings it; plain asyncio works too
-        return asyncio.run(serve(args))
-    return uvloop.run(serve(args))
+    # Plain asyncio, not uvloop: uvloop's subprocesses inherit the daemon's descriptors
+    # (the status pipe, the log), which a command in the desktop must never hold.
+    return asyncio.run(serve(args))

@@ -119,3 +119,11 @@ def test_memory_hog_is_contained(api, desktop, second):
     assert hog["exit_code"] != 0
     assert _run(api, desktop["id"], "echo alive")["stdout"] == "alive\n"
     assert api.get(f"/api/desktops/{desktop['id']}/screenshot").status_code == 200
+
+
+def test_commands_hold_no_descriptor_of_the_guest(api, desktop):
+    """Only stdin, stdout and stderr: not the guest's status pipe to the host, nor its log."""
+    fds = _run(api, desktop["id"], "ls /proc/self/fd")["stdout"].split()
+    assert sorted(fds, key=int) == ["0", "1", "2", "3"]  # 3 is ls reading the directory
+    background = _run(api, desktop["id"], "sleep 30 > /dev/null 2>&1 & echo started", 10)
+    assert background["stdout"] == "started\n" and not background["timed_out"]
