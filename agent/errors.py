@@ -4,6 +4,9 @@
     └── AgentError                the agent could not do what it was asked
         ├── GroundingError        a model answered, but the answer is not a usable point
         └── ModelError            a model endpoint failed (after retries where they make sense)
+    NotFound
+    ├── TaskNotFound              no such task on the board (404)
+    └── ProfileNotFound           no such model profile on the board (404)
 
 `openai` exceptions are translated into `ModelError` at one boundary, the grounder's (and
 later the planner's) request method, with `raise ModelError(...) from exc`.
@@ -11,7 +14,7 @@ later the planner's) request method, with `raise ModelError(...) from exc`.
 
 from __future__ import annotations
 
-from desktop.errors import CubicleError
+from desktop.errors import CubicleError, NotFound
 
 _RAW_SHOWN = 300
 """Characters of a model answer quoted in an error message."""
@@ -58,3 +61,15 @@ class ModelError(AgentError):
         """HTTP status the endpoint answered with; None for timeouts and connection errors."""
         self.attempts = attempts
         """How many requests were made before giving up."""
+
+
+class TaskNotFound(NotFound):
+    """No task with this id on the board."""
+
+    code = "task_not_found"
+
+
+class ProfileNotFound(NotFound):
+    """No model profile with this name on the board."""
+
+    code = "profile_not_found"

@@ -8,14 +8,20 @@ planner says `done` or `fail`, or at a cap: `max_steps`, `max_wall_s`, or
 unusable, an element that cannot be found, an action the desktop refuses). A desktop that
 is gone ends it at once. Cancelling the task that runs `Agent.run` stops it at once and
 leaves the desktop as it is; the run is then recorded as cancelled.
+
+`Agent.pause()` hands the desktop to a person: it returns once no action is under way, and
+the agent acts no more until `resume()`. A decision made meanwhile is dropped (the screen
+may have changed), the step is taken again from a fresh screenshot, and the time spent
+paused does not count against `max_wall_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -61,6 +67,17 @@ _FATAL = (DesktopUnavailable, DesktopNotFound, GuestUnreachable, SandboxStartErr
 
 class _StepFailed(Exception):
     """A step cannot go on; the message says why (told to the planner and recorded)."""
+
+
+class _Paused(Exception):
+    """The agent was paused before the step could act: its decision is stale."""
+
+
+_HANDED_BACK = (
+    " Then a person paused the agent, used the desktop and handed it back: the screen may "
+    "have changed."
+)
+"""Added to the last step's result, as the planner sees it, after a pause."""
 
 
 @dataclass
@@ -139,6 +156,24 @@ class Agent:
         self._history: list[PastStep] = []
         self._saving: asyncio.Task[None] | None = None
         self._running: RunRecord | None = None
+        self._timer: asyncio.Timeout | None = None
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._resumed.is_set()
+
+    async def pause(self) -> None:
+        """Stop acting on the desktop; returns once an action under way has ended."""
+        self._resumed.clear()
+        await self._idle.wait()
+
+    def resume(self) -> None:
+        """Go on from a fresh look at the screen."""
+        self._resumed.set()
 
     async def run(self, task: str) -> RunRecord:
         """Carry out `task`; returns the run's final record (status done or failed). An
@@ -161,7 +196,7 @@ class Agent:
         if self.store is not None:
             await self.store.save_run(record)
         steps: list[StepRecord] = []
-        timer = asyncio.timeout(self.limits.max_wall_s)
+        timer = self._timer = asyncio.timeout(self.limits.max_wall_s)
         try:
             async with timer:
                 status, reason = await self._loop(task, steps)
@@ -202,8 +237,14 @@ class Agent:
 
     async def _loop(self, task: str, steps: list[StepRecord]) -> tuple[RunStatus, str | None]:
         in_a_row = 0
-        for index in range(1, self.limits.max_steps + 1):
-            step = await self._step(task, index)
+        index = 1
+        while index <= self.limits.max_steps:
+            await self._wait_while_paused()
+            try:
+                step = await self._step(task, index)
+            except _Paused:
+                continue
+            index += 1
             steps.append(step)
             if self.on_step is not None:
                 self.on_step(step)
@@ -220,6 +261,17 @@ class Agent:
             f"reached the limit of {self.limits.max_steps} steps before the task was done",
         )
 
+    async def _wait_while_paused(self) -> None:
+        if not self.paused:
+            return
+        since = time.monotonic()
+        await self._resumed.wait()
+        if self._timer is not None and (deadline := self._timer.when()) is not None:
+            self._timer.reschedule(deadline + time.monotonic() - since)
+        if self._history:
+            last = self._history[-1]
+            self._history[-1] = replace(last, result=last.result + _HANDED_BACK)
+
     # --- one step -------------------------------------------------------------------------
 
     async def _step(self, task: str, index: int) -> StepRecord:
@@ -228,8 +280,12 @@ class Agent:
             await self._observe(draft)
             await self._decide(draft, task)
             assert draft.decision is not None
-            if not isinstance(draft.decision.action, p.Done | p.Fail):
+            final = isinstance(draft.decision.action, p.Done | p.Fail)
+            if not final:
                 await self._ground(draft)
+            if self.paused:
+                raise _Paused
+            if not final:
                 await self._act(draft)
         except (_StepFailed, CubicleError) as exc:
             if _fatal(exc):
@@ -294,7 +350,11 @@ class Agent:
     async def _act(self, draft: _Draft) -> None:
         assert draft.decision is not None
         points = [(g.x, g.y) for g in draft.grounded]
-        acted = await act(self.desktop, draft.decision.action, points, self.limits)
+        self._idle.clear()
+        try:
+            acted = await act(self.desktop, draft.decision.action, points, self.limits)
+        finally:
+            self._idle.set()
         draft.result, draft.settled = acted.result, acted.settled
         draft.timings |= {"act_ms": acted.act_ms, "settle_ms": acted.settle_ms}
 
@@ -395,22 +455,22 @@ def build_grounder(settings: AgentSettings, desktop: AsyncDesktop) -> Grounder |
     )
 
 
-async def run_task(
+@contextlib.asynccontextmanager
+async def agent_for(
     desktop: AsyncDesktop,
-    task: str,
     settings: AgentSettings,
     *,
     store: RunStore | None = None,
     on_step: OnStep | None = None,
     run_id: str | None = None,
-) -> RunRecord:
-    """Run `task` on `desktop` with the models `settings` name; closes them afterwards."""
+) -> AsyncIterator[Agent]:
+    """An `Agent` with the models `settings` name, closed again on the way out."""
     settings = settings.resolve()
     planner = build_planner(settings)
     grounder = None
     try:
         grounder = build_grounder(settings, desktop)
-        agent = Agent(
+        yield Agent(
             desktop,
             planner,
             grounder,
@@ -421,10 +481,23 @@ async def run_task(
             grounder_name=settings.grounder.spec,
             run_id=run_id,
         )
-        return await agent.run(task)
     finally:
         try:
             await planner.aclose()
         finally:
             if grounder is not None:
                 await grounder.aclose()
+
+
+async def run_task(
+    desktop: AsyncDesktop,
+    task: str,
+    settings: AgentSettings,
+    *,
+    store: RunStore | None = None,
+    on_step: OnStep | None = None,
+    run_id: str | None = None,
+) -> RunRecord:
+    """Run `task` on `desktop` with the models `settings` name; closes them afterwards."""
+    async with agent_for(desktop, settings, store=store, on_step=on_step, run_id=run_id) as agent:
+        return await agent.run(task)

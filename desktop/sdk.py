@@ -324,6 +324,15 @@ class AsyncDesktop:
         response = await self._call("POST", "share", json={"mode": mode, "ttl_s": ttl_s})
         return str(response.json()["url"])
 
+    async def start_recording(self) -> dict[str, Any]:
+        """Start recording the screen to MP4 (or get the recording already running): the
+        recording's info, its `id` among it."""
+        return (await self._call("POST", "recording/start")).json()
+
+    async def stop_recording(self) -> dict[str, Any]:
+        """Stop the running recording; its final info (duration, frames, size)."""
+        return (await self._call("POST", "recording/stop")).json()
+
     async def get_clipboard(self) -> str:
         return (await self._call("GET", "clipboard")).json()["text"]
 
@@ -442,6 +451,8 @@ class Desktop:
     launch = _blocking(AsyncDesktop.launch)
     exec = _blocking(AsyncDesktop.exec)
     share = _blocking(AsyncDesktop.share)
+    start_recording = _blocking(AsyncDesktop.start_recording)
+    stop_recording = _blocking(AsyncDesktop.stop_recording)
     get_clipboard = _blocking(AsyncDesktop.get_clipboard)
     set_clipboard = _blocking(AsyncDesktop.set_clipboard)
 

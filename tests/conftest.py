@@ -44,10 +44,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_service(**env_overrides: str) -> Service:
-    """Start `cubicle serve` on a free port with its own data directory and token."""
-    data_dir = Path(tempfile.mkdtemp(prefix="cubicle-test-"))
-    token = secrets.token_urlsafe(16)
+def start_service(
+    data_dir: Path | None = None, token: str | None = None, **env_overrides: str
+) -> Service:
+    """Start `cubicle serve` on a free port with its own data directory and token (or
+    those given, to restart a service on its data)."""
+    data_dir = data_dir or Path(tempfile.mkdtemp(prefix="cubicle-test-"))
+    token = token or secrets.token_urlsafe(16)
     port = _free_port()
     env = {
         **os.environ,
@@ -57,7 +60,7 @@ def start_service(**env_overrides: str) -> Service:
         "CUBICLE_REAP_INTERVAL_S": "0.5",
         **env_overrides,
     }
-    log = open(data_dir / "service.log", "wb")  # noqa: SIM115 - handed to the child
+    log = open(data_dir / "service.log", "ab")  # noqa: SIM115 - handed to the child
     process = subprocess.Popen(
         [sys.executable, "-m", "desktop.cli", "serve"],
         env=env,
