@@ -28,6 +28,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from agent.api import router as runs_router  # the assembly is where the rooms meet
+    from agent.board.api import router as board_router
     from desktop.app import create_app
     from desktop.settings import Settings
 
@@ -42,7 +43,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"\nCubicle is running: {url}\n", flush=True)
 
     uvicorn.run(
-        create_app(settings, on_ready=announce, routers=[runs_router]),
+        create_app(settings, on_ready=announce, routers=[runs_router, board_router]),
         host=settings.host,
         port=settings.port,
         log_level="warning",

@@ -1,0 +1,189 @@
+"""One task's run: a fresh desktop, the recording, the start app, the agent, the clean-up.
+
+A `TaskRun` lives while a worker holds the task. It reaches the desktops through the SDK,
+as any program would, over the service's own HTTP address. Whatever ends the run (the agent
+finishing, a person cancelling or marking it done, the service stopping), the recording is
+finished and the desktop released, or kept for inspection when the board says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from agent.board.models import Profile, Task, TaskStatus, TaskStep
+from agent.loop import Agent, agent_for
+from agent.settings import AgentSettings
+from agent.steps import StepRecord
+from agent.store import RunStore
+from desktop.errors import CubicleError
+from desktop.sdk import AsyncDesktop
+
+log = logging.getLogger("cubicle.board")
+
+_START_SETTLE_MS = 300
+"""Quiet time after opening the start app or URL, before the agent's first look."""
+_DESKTOP_IDLE_MARGIN_S = 600
+"""Idle timeout of a task's desktop beyond the task's time cap (a person may hold it)."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run needs to know besides the task."""
+
+    settings: AgentSettings
+    """The agent's settings: the task's profile with the board's caps, resolved."""
+    profile: Profile
+    resolution: tuple[int, int]
+    record: bool
+    keep_desktop_s: int
+
+
+Update = Callable[..., Awaitable[Task | None]]
+"""Sets fields of the task in the database and tells the pages."""
+StepSink = Callable[[TaskStep], None]
+
+
+@dataclass
+class TaskRun:
+    """A task held by a worker, from the desktop's creation to its release."""
+
+    task: Task
+    plan: RunPlan
+    service_url: str
+    token: str
+    store: RunStore
+    update: Update
+    on_step: StepSink
+    desktop: AsyncDesktop | None = None
+    agent: Agent | None = None
+    ending: tuple[TaskStatus, str] | None = None
+    """How a person or the service ended the run before the agent did."""
+    pause_requested: bool = False
+    recording_id: str | None = None
+    ended: bool = False
+    """Whether `run()` returned (the task is being finished and released)."""
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the task's final status is stored (its desktop may still be releasing)."""
+
+    async def run(self) -> tuple[TaskStatus, str | None]:
+        """Carry the task out; returns its final status and result. Cancelling the task
+        that runs this ends the run with `ending` (default: cancelled). Call `release()`
+        afterwards, whatever happened."""
+        try:
+            self.desktop = await self._create_desktop()
+            await self.update(self.task.id, desktop_id=self.desktop.id)
+            if self.plan.record:
+                self.recording_id = await self._start_recording()
+            if self.task.start:
+                await self._open_start(self.task.start)
+            async with agent_for(
+                self.desktop,
+                self.plan.settings,
+                store=self.store,
+                on_step=self._step_done,
+                run_id=self.task.run_id,
+            ) as agent:
+                self.agent = agent
+                if self.pause_requested:
+                    await agent.pause()
+                record = await agent.run(self.task.text)
+            status: TaskStatus = "done" if record.status == "done" else "failed"
+            return status, record.reason
+        except asyncio.CancelledError:
+            return self.ending or ("cancelled", "cancelled by a person")
+        except CubicleError as exc:
+            return "failed", exc.message
+        except Exception as exc:
+            log.exception("task %s failed", self.task.id)
+            return "failed", f"internal error: {exc!r}"
+
+    async def pause(self) -> None:
+        self.pause_requested = True
+        if self.agent is not None:
+            await self.agent.pause()
+
+    def resume(self) -> None:
+        self.pause_requested = False
+        if self.agent is not None:
+            self.agent.resume()
+
+    # --- the desktop ------------------------------------------------------------------------
+
+    async def _create_desktop(self) -> AsyncDesktop:
+        start = self.task.start or ""
+        network = self.plan.profile.network or urlsplit(start).scheme in ("http", "https")
+        idle_s = int(self.plan.settings.limits.max_wall_s) + _DESKTOP_IDLE_MARGIN_S
+        return await AsyncDesktop.create(
+            resolution=self.plan.resolution,
+            timeout_s=min(idle_s, 86_400),
+            network=network,
+            base_url=self.service_url,
+            token=self.token,
+        )
+
+    async def _start_recording(self) -> str | None:
+        assert self.desktop is not None
+        try:
+            info = await self.desktop.start_recording()
+        except CubicleError as exc:  # the run goes on without a video
+            log.warning("task %s: no recording: %s", self.task.id, exc.message)
+            return None
+        await self.update(self.task.id, recording_id=info["id"])
+        return str(info["id"])
+
+    async def _open_start(self, start: str) -> None:
+        assert self.desktop is not None
+        scheme = urlsplit(start).scheme
+        if scheme or start.startswith(("/", "~")):
+            await self.desktop.open(start)
+        else:
+            app, *args = start.split()
+            await self.desktop.launch(app, *args)
+        await self.desktop.wait_for_settle(quiet_ms=_START_SETTLE_MS, timeout_ms=5_000)
+
+    async def release(self) -> None:
+        """Finish the recording, then stop the desktop or keep it for a while."""
+        desktop = self.desktop
+        if desktop is None:
+            return
+        try:
+            if self.recording_id is not None:
+                await desktop.stop_recording()
+            if self.plan.keep_desktop_s > 0:
+                await desktop.set_timeout(max(10, self.plan.keep_desktop_s))
+                await desktop.close()
+            else:
+                await desktop.kill()
+        except Exception as exc:  # the desktop may already be gone; the task's end stands
+            log.warning("task %s: releasing desktop %s: %r", self.task.id, desktop.id, exc)
+            await desktop.close()
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def _step_done(self, step: StepRecord) -> None:
+        point = step.grounded[0] if step.grounded else None
+        self.on_step(
+            TaskStep(
+                task_id=self.task.id,
+                run_id=step.run_id,
+                index=step.index,
+                started_at=step.started_at,
+                action=step.action_text,
+                thought=step.thought,
+                outcome=step.outcome,
+                x=point.x if point else None,
+                y=point.y if point else None,
+                source=point.source if point else None,
+                error=step.error,
+                observe_ms=step.timings.observe_ms,
+                model_ms=step.timings.model_ms,
+                total_ms=step.timings.total_ms,
+                screenshot=(
+                    f"/api/runs/{step.run_id}/steps/{step.index}.png" if step.screenshot else ""
+                ),
+            )
+        )
