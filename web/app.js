@@ -6,6 +6,7 @@ sessionStorage.setItem("cubicle-token", token);
 const headers = { Authorization: `Bearer ${token}` };
 const statusLine = document.getElementById("status");
 document.getElementById("runs-link").href = `/web/runs.html?token=${encodeURIComponent(token)}`;
+document.getElementById("board-link").href = `/web/board.html?token=${encodeURIComponent(token)}`;
 
 async function api(method, path, body) {
   const response = await fetch(path, {

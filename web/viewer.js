@@ -27,6 +27,8 @@ const view = {
 };
 
 $("desktop-id").textContent = desktopId;
+// Inside another page (the task board's cards): the picture and the control buttons only.
+if (params.get("embed")) document.body.classList.add("embed");
 $("back").href = isShareLink ? "#" : `/?token=${encodeURIComponent(token)}`;
 if (isShareLink) $("back").hidden = true;
 
