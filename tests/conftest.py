@@ -21,6 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.agent.fake_model import FakeModelServer
+
 
 @dataclass
 class Service:
@@ -132,3 +134,29 @@ def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.05, wha
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s} s waiting for {what or predicate}")
         time.sleep(interval_s)
+
+
+@pytest.fixture(scope="session")
+def fake_model_server() -> Iterator[FakeModelServer]:
+    """One scripted OpenAI-compatible model server for the whole run; use `fake_model`."""
+    with FakeModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_model(fake_model_server: FakeModelServer) -> FakeModelServer:
+    """The shared model server, with no script and no recorded requests."""
+    fake_model_server.reset()
+    return fake_model_server
+
+
+@pytest.fixture
+def board(api: httpx.Client, fake_model: FakeModelServer) -> Iterator[httpx.Client]:
+    """The session service's task board on the fake model, one task at a time, emptied
+    after the test."""
+    from tests.agent.board_api import empty_board, set_board, use_fake_model
+
+    use_fake_model(api, fake_model)
+    set_board(api, concurrency=1, record=True, keep_desktop_s=0)
+    yield api
+    empty_board(api)

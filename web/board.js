@@ -20,8 +20,8 @@ const PAGE = 50;
 const cards = new Map();   // task id → {node, task}
 const loaded = {};         // column → tasks shown
 
-$("desktops-link").href = withToken("/");
-$("runs-link").href = withToken("/web/runs.html");
+$("#desktops-link").href = withToken("/");
+$("#runs-link").href = withToken("/web/runs.html");
 
 function say(text) { $("#status").textContent = text; }
 

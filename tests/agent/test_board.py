@@ -7,65 +7,21 @@ import io
 import json
 import signal
 import time
-from collections.abc import Iterator
 
 import av
 import httpx
-import pytest
 
+from tests.agent.board_api import (
+    FINISHED,
+    add,
+    desktop_gone,
+    say,
+    set_board,
+    use_fake_model,
+    wait_status,
+)
 from tests.agent.fake_model import FakeModelServer, Turn
 from tests.conftest import Service, start_service, stop_service, wait_until
-
-FINISHED = ("done", "failed", "cancelled", "interrupted")
-
-
-def say(thought: str, **action) -> str:
-    return json.dumps({"thought": thought, "action": action})
-
-
-def use_fake_model(api: httpx.Client, server: FakeModelServer) -> None:
-    profile = {"base_url": server.url, "planner_model": "fake-model", "grounder": "a11y"}
-    response = api.put("/api/board/profiles/default", json=profile)
-    assert response.status_code == 200, response.text
-    assert response.json()["ready"] is True
-
-
-def set_board(api: httpx.Client, **changes) -> dict:
-    settings = api.get("/api/board/settings").json() | changes
-    response = api.put("/api/board/settings", json=settings)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def add(api: httpx.Client, text: str, **fields) -> dict:
-    response = api.post("/api/tasks", json={"text": text, **fields})
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def wait_status(api: httpx.Client, task_id: int, *statuses: str, timeout_s: float = 60) -> dict:
-    def reached() -> dict | None:
-        task = api.get(f"/api/tasks/{task_id}").json()
-        return task if task["status"] in statuses else None
-
-    return wait_until(reached, timeout_s, 0.1, f"task {task_id} to become {'/'.join(statuses)}")
-
-
-def desktop_gone(api: httpx.Client, desktop_id: str) -> bool:
-    return api.get(f"/api/desktops/{desktop_id}").status_code == 404
-
-
-@pytest.fixture
-def board(api: httpx.Client, fake_model: FakeModelServer) -> Iterator[httpx.Client]:
-    """The session service's board on the fake model, one task at a time, emptied after."""
-    use_fake_model(api, fake_model)
-    set_board(api, concurrency=1, record=True, keep_desktop_s=0)
-    yield api
-    set_board(api, concurrency=0)
-    for status in ("running", "paused"):
-        for task in api.get("/api/tasks", params={"status": status}).json()["items"]:
-            api.post(f"/api/tasks/{task['id']}/cancel")
-    api.delete("/api/tasks", params={"status": ",".join(("queued", *FINISHED))})
 
 
 def test_a_task_runs_to_done_on_a_fresh_desktop_and_leaves_a_record(
