@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -155,6 +155,7 @@ class FakeModelServer:
         self.models = list(models)
         self._lock = threading.Condition()
         self._turns: deque[Turn] = deque()
+        self._responder: Callable[[RecordedRequest], str | Turn] | None = None
         self._requests: list[RecordedRequest] = []
         self._release = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -203,6 +204,12 @@ class FakeModelServer:
         with self._lock:
             self._turns = deque(t if isinstance(t, Turn) else Turn.answer(t) for t in turns)
 
+    def respond_with(self, responder: Callable[[RecordedRequest], str | Turn] | None) -> None:
+        """Answer requests no scripted turn is left for with `responder(request)`: for
+        several runs at once, whose requests interleave (None: answer 418 again)."""
+        with self._lock:
+            self._responder = responder
+
     @property
     def requests(self) -> list[RecordedRequest]:
         """Every chat-completions request received since the last `reset()`, in order."""
@@ -229,6 +236,7 @@ class FakeModelServer:
         with self._lock:
             self._turns.clear()
             self._requests.clear()
+            self._responder = None
         self._release_waiters()
 
     def _release_waiters(self) -> None:
@@ -278,6 +286,10 @@ class FakeModelServer:
                 self._lock.notify_all()
                 number = len(self._requests)
                 turn = self._turns.popleft() if self._turns else None
+                responder = self._responder
+            if turn is None and responder is not None:
+                answer = responder(recorded)
+                turn = answer if isinstance(answer, Turn) else Turn.answer(answer)
             if turn is None:
                 return _error(
                     UNSCRIPTED_STATUS, f"FakeModelServer: no turn scripted for request #{number}"

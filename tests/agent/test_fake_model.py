@@ -28,6 +28,25 @@ async def test_answers_in_order_and_records_requests(fake_model: FakeModelServer
     assert fake_model.pending == 0
 
 
+async def test_a_responder_answers_by_content_once_the_script_is_used(
+    fake_model: FakeModelServer,
+):
+    fake_model.script(["scripted"])
+    fake_model.respond_with(lambda request: request.texts("user")[-1].upper())
+    async with client(fake_model) as model:
+        answers = [
+            (
+                await model.chat.completions.create(
+                    model="fake-model", messages=[{"role": "user", "content": word}]
+                )
+            )
+            .choices[0]
+            .message.content
+            for word in ("one", "two", "three")
+        ]
+    assert answers == ["scripted", "TWO", "THREE"]
+
+
 async def test_lists_models(fake_model: FakeModelServer):
     async with client(fake_model) as model:
         page = await model.models.list()
