@@ -40,7 +40,8 @@ def _serve(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per call to a guest is noise
 
     def announce(url: str) -> None:
-        print(f"\nCubicle is running: {url}\n", flush=True)
+        board = url.replace("/?token=", "/web/board.html?token=")
+        print(f"\nCubicle is running: {url}\nTask board: {board}\n", flush=True)
 
     uvicorn.run(
         create_app(settings, on_ready=announce, routers=[runs_router, board_router]),
