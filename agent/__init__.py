@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agent.errors import AgentError, GroundingError, ModelError
     from agent.grounding import Grounder, GroundingResult, VlmGrounder, smart_resize
-    from agent.loop import Agent, run_task
+    from agent.loop import Agent
     from agent.planner import ChatPlanner
+    from agent.run import run_task
     from agent.settings import AgentSettings, load_settings
     from agent.store import RunStore
     from agent.uitars import UiTarsPlanner
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
 _HOMES = {
     "agent.errors": ("AgentError", "GroundingError", "ModelError"),
     "agent.grounding": ("Grounder", "GroundingResult", "VlmGrounder", "smart_resize"),
-    "agent.loop": ("Agent", "run_task"),
+    "agent.loop": ("Agent",),
     "agent.planner": ("ChatPlanner",),
+    "agent.run": ("run_task",),
     "agent.settings": ("AgentSettings", "load_settings"),
     "agent.store": ("RunStore",),
     "agent.uitars": ("UiTarsPlanner",),

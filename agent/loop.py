@@ -1,13 +1,15 @@
 """The agent loop: observe → decide → ground → act → wait for settle → record → repeat.
 
-    run = await run_task(desktop, "Write a haiku in mousepad", settings, store=RunStore(dir))
+    agent = Agent(desktop, planner, grounder, store=RunStore(data_dir))
+    record = await agent.run("Write a haiku in mousepad")
 
-`Agent` drives one desktop through the SDK, as any program would. A run ends when the
-planner says `done` or `fail`, or at a cap: `max_steps`, `max_wall_s`, or
-`max_consecutive_errors` failed steps in a row (a model endpoint down, answers that stay
-unusable, an element that cannot be found, an action the desktop refuses). A desktop that
-is gone ends it at once. Cancelling the task that runs `Agent.run` stops it at once and
-leaves the desktop as it is; the run is then recorded as cancelled.
+(`agent.run` builds the planner and grounder from settings.) `Agent` drives one desktop
+through the SDK, as any program would. A run ends when the planner says `done` or `fail`,
+or at a cap: `max_steps`, `max_wall_s`, or `max_consecutive_errors` failed steps in a row
+(a model endpoint down, answers that stay unusable, an element that cannot be found, an
+action the desktop refuses). A desktop that is gone ends it at once. Cancelling the task
+that runs `Agent.run` stops it at once and leaves the desktop as it is; the run is then
+recorded as cancelled.
 
 `Agent.pause()` hands the desktop to a person: it returns once no action is under way, and
 the agent acts no more until `resume()`. A decision made meanwhile is dropped (the screen
@@ -18,10 +20,9 @@ paused does not count against `max_wall_s`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -29,11 +30,9 @@ import httpx
 from PIL import Image
 
 from agent import actions as p
-from agent._model import ChatModel
 from agent.act import act
 from agent.grounding.base import Grounder
 from agent.planner import (
-    ChatPlanner,
     Decision,
     Observation,
     PastStep,
@@ -41,7 +40,7 @@ from agent.planner import (
     Planner,
     a11y_text,
 )
-from agent.settings import AgentSettings, RunLimits
+from agent.settings import RunLimits
 from agent.steps import Grounded, ModelCall, RunRecord, RunStatus, StepRecord, StepTimings
 from agent.store import RunStore, new_run_id, step_name
 from desktop.errors import (
@@ -408,96 +407,3 @@ class Agent:
         for position in range(len(self._history) - self.limits.history_screenshots):
             if self._history[position].image is not None:
                 self._history[position] = replace(self._history[position], image=None)
-
-
-def build_planner(settings: AgentSettings) -> Planner:
-    """The planner `settings` (resolved) describe."""
-    from agent.uitars import UiTarsPlanner
-
-    role = settings.planner
-    assert role.model is not None and role.family is not None, "resolve() the settings first"
-    model = ChatModel(
-        role.model,
-        role.base_url or settings.base_url or "",
-        api_key=role.api_key or settings.api_key,
-        timeout_s=settings.timeout_s,
-        max_retries=settings.max_retries,
-        retry_backoff_s=settings.retry_backoff_s,
-    )
-    if role.kind == "ui-tars":
-        return UiTarsPlanner(
-            model, family=role.family, max_parse_retries=settings.max_parse_retries
-        )
-    return ChatPlanner(
-        model,
-        family=role.family,
-        allow_exec=settings.allow_exec,
-        max_parse_retries=settings.max_parse_retries,
-    )
-
-
-def build_grounder(settings: AgentSettings, desktop: AsyncDesktop) -> Grounder | None:
-    """The grounder chain `settings` (resolved) describe; None when the planner grounds."""
-    from agent.grounding.chain import build_grounders
-
-    role = settings.grounder
-    if role.spec is None:
-        return None
-    return build_grounders(
-        role.spec,
-        desktop,
-        model=role.model,
-        base_url=role.base_url or settings.base_url,
-        api_key=role.api_key or settings.api_key,
-        family=role.family,
-        timeout_s=settings.timeout_s,
-        max_retries=settings.max_retries,
-    )
-
-
-@contextlib.asynccontextmanager
-async def agent_for(
-    desktop: AsyncDesktop,
-    settings: AgentSettings,
-    *,
-    store: RunStore | None = None,
-    on_step: OnStep | None = None,
-    run_id: str | None = None,
-) -> AsyncIterator[Agent]:
-    """An `Agent` with the models `settings` name, closed again on the way out."""
-    settings = settings.resolve()
-    planner = build_planner(settings)
-    grounder = None
-    try:
-        grounder = build_grounder(settings, desktop)
-        yield Agent(
-            desktop,
-            planner,
-            grounder,
-            limits=settings.limits,
-            store=store,
-            on_step=on_step,
-            a11y_text=settings.a11y_text,
-            grounder_name=settings.grounder.spec,
-            run_id=run_id,
-        )
-    finally:
-        try:
-            await planner.aclose()
-        finally:
-            if grounder is not None:
-                await grounder.aclose()
-
-
-async def run_task(
-    desktop: AsyncDesktop,
-    task: str,
-    settings: AgentSettings,
-    *,
-    store: RunStore | None = None,
-    on_step: OnStep | None = None,
-    run_id: str | None = None,
-) -> RunRecord:
-    """Run `task` on `desktop` with the models `settings` name; closes them afterwards."""
-    async with agent_for(desktop, settings, store=store, on_step=on_step, run_id=run_id) as agent:
-        return await agent.run(task)

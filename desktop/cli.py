@@ -102,7 +102,7 @@ async def _viewer_url(d: AsyncDesktop) -> str:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from agent.loop import run_task
+    from agent.run import run_task
     from agent.settings import load_settings
     from agent.store import RunStore, new_run_id
     from desktop.sdk import AsyncDesktop

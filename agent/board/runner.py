@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from agent.board.models import Profile, Task, TaskStatus, TaskStep
-from agent.loop import Agent, agent_for
+from agent.loop import Agent
+from agent.run import agent_for
 from agent.settings import AgentSettings
 from agent.steps import StepRecord
 from agent.store import RunStore

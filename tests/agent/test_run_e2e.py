@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from agent.loop import run_task
+from agent.run import run_task
 from agent.settings import load_settings
 from agent.steps import StepRecord
 from agent.store import RunStore

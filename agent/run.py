@@ -1,0 +1,114 @@
+"""Assembling an agent from settings: the planner and grounders they name, closed after use.
+
+    async with agent_for(desktop, settings, store=RunStore(data_dir)) as agent:
+        record = await agent.run("Write a haiku in mousepad")
+
+or, in one call, `run_task(desktop, task, settings)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from agent._model import ChatModel
+from agent.grounding.base import Grounder
+from agent.loop import Agent, OnStep
+from agent.planner import ChatPlanner, Planner
+from agent.settings import AgentSettings
+from agent.steps import RunRecord
+from agent.store import RunStore
+from desktop.sdk import AsyncDesktop
+
+
+def build_planner(settings: AgentSettings) -> Planner:
+    """The planner `settings` (resolved) describe."""
+    from agent.uitars import UiTarsPlanner
+
+    role = settings.planner
+    assert role.model is not None and role.family is not None, "resolve() the settings first"
+    model = ChatModel(
+        role.model,
+        role.base_url or settings.base_url or "",
+        api_key=role.api_key or settings.api_key,
+        timeout_s=settings.timeout_s,
+        max_retries=settings.max_retries,
+        retry_backoff_s=settings.retry_backoff_s,
+    )
+    if role.kind == "ui-tars":
+        return UiTarsPlanner(
+            model, family=role.family, max_parse_retries=settings.max_parse_retries
+        )
+    return ChatPlanner(
+        model,
+        family=role.family,
+        allow_exec=settings.allow_exec,
+        max_parse_retries=settings.max_parse_retries,
+    )
+
+
+def build_grounder(settings: AgentSettings, desktop: AsyncDesktop) -> Grounder | None:
+    """The grounder chain `settings` (resolved) describe; None when the planner grounds."""
+    from agent.grounding.chain import build_grounders
+
+    role = settings.grounder
+    if role.spec is None:
+        return None
+    return build_grounders(
+        role.spec,
+        desktop,
+        model=role.model,
+        base_url=role.base_url or settings.base_url,
+        api_key=role.api_key or settings.api_key,
+        family=role.family,
+        timeout_s=settings.timeout_s,
+        max_retries=settings.max_retries,
+    )
+
+
+@contextlib.asynccontextmanager
+async def agent_for(
+    desktop: AsyncDesktop,
+    settings: AgentSettings,
+    *,
+    store: RunStore | None = None,
+    on_step: OnStep | None = None,
+    run_id: str | None = None,
+) -> AsyncIterator[Agent]:
+    """An `Agent` with the models `settings` name, closed again on the way out."""
+    settings = settings.resolve()
+    planner = build_planner(settings)
+    grounder = None
+    try:
+        grounder = build_grounder(settings, desktop)
+        yield Agent(
+            desktop,
+            planner,
+            grounder,
+            limits=settings.limits,
+            store=store,
+            on_step=on_step,
+            a11y_text=settings.a11y_text,
+            grounder_name=settings.grounder.spec,
+            run_id=run_id,
+        )
+    finally:
+        try:
+            await planner.aclose()
+        finally:
+            if grounder is not None:
+                await grounder.aclose()
+
+
+async def run_task(
+    desktop: AsyncDesktop,
+    task: str,
+    settings: AgentSettings,
+    *,
+    store: RunStore | None = None,
+    on_step: OnStep | None = None,
+    run_id: str | None = None,
+) -> RunRecord:
+    """Run `task` on `desktop` with the models `settings` name; closes them afterwards."""
+    async with agent_for(desktop, settings, store=store, on_step=on_step, run_id=run_id) as agent:
+        return await agent.run(task)
