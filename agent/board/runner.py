@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from agent import actions as p
+from agent.act import act
 from agent.board.models import Profile, Task, TaskStatus, TaskStep
 from agent.loop import Agent
 from agent.run import agent_for
@@ -25,8 +27,6 @@ from desktop.sdk import AsyncDesktop
 
 log = logging.getLogger("cubicle.board")
 
-_START_SETTLE_MS = 300
-"""Quiet time after opening the start app or URL, before the agent's first look."""
 _DESKTOP_IDLE_MARGIN_S = 600
 """Idle timeout of a task's desktop beyond the task's time cap (a person may hold it)."""
 
@@ -137,14 +137,15 @@ class TaskRun:
         return str(info["id"])
 
     async def _open_start(self, start: str) -> None:
+        """Open the task's start app, file or URL as the agent's own `launch`/`open` would:
+        wait for its window, then for the screen to settle."""
         assert self.desktop is not None
-        scheme = urlsplit(start).scheme
-        if scheme or start.startswith(("/", "~")):
-            await self.desktop.open(start)
+        if urlsplit(start).scheme or start.startswith(("/", "~")):
+            action: p.PlannedAction = p.Open(target=start)
         else:
             app, *args = start.split()
-            await self.desktop.launch(app, *args)
-        await self.desktop.wait_for_settle(quiet_ms=_START_SETTLE_MS, timeout_ms=5_000)
+            action = p.Launch(app=app, args=args)
+        await act(self.desktop, action, [], self.plan.settings.limits)
 
     async def release(self) -> None:
         """Finish the recording, then stop the desktop or keep it for a while."""

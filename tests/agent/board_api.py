@@ -51,7 +51,7 @@ def desktop_gone(api: httpx.Client, desktop_id: str) -> bool:
 
 def empty_board(api: httpx.Client) -> None:
     """Hold the queue, cancel what runs, delete every task."""
-    set_board(api, concurrency=0)
+    set_board(api, concurrency=0, resolution=[1280, 800])
     for status in ("running", "paused"):
         for task in api.get("/api/tasks", params={"status": status}).json()["items"]:
             api.post(f"/api/tasks/{task['id']}/cancel")

@@ -46,14 +46,15 @@ def card(page, text: str):
 
 
 def test_a_task_added_in_the_form_goes_queued_running_done(page, board, fake_model):
-    set_board(board, concurrency=0, keep_desktop_s=120)
+    # 1280×1024: GTK's Save dialog (1096×856 by default) fits with its buttons on screen.
+    set_board(board, concurrency=0, keep_desktop_s=120, resolution=[1280, 1024])
     fake_model.script([
         say("Write the note.", type="type", text=NOTE),
         say("Open the File menu.", type="click", target="the File menu"),
         say("Choose Save As.", type="click", target="the Save As menu item"),
         say("Let the dialog open.", type="wait", seconds=1),
         say("Name the file.", type="type", text="board-note.txt"),
-        say("Save.", type="key", keys="enter"),
+        say("Save.", type="click", target="the Save button"),
         say("Saved.", type="done", summary="saved ~/board-note.txt"),
     ])  # fmt: skip
     page.fill("#text", "Write a note in the editor and save it as ~/board-note.txt")
