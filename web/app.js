@@ -1,25 +1,9 @@
 // The desktop list: a screenshot of each desktop, refreshed about once a second.
 // The token comes from the URL the service printed (?token=...) and is kept for the tab.
-const params = new URLSearchParams(location.search);
-const token = params.get("token") || sessionStorage.getItem("cubicle-token") || prompt("Access token");
-sessionStorage.setItem("cubicle-token", token);
-const headers = { Authorization: `Bearer ${token}` };
+const { token, api } = cubicle;
 const statusLine = document.getElementById("status");
 document.getElementById("runs-link").href = `/web/runs.html?token=${encodeURIComponent(token)}`;
 document.getElementById("board-link").href = `/web/board.html?token=${encodeURIComponent(token)}`;
-
-async function api(method, path, body) {
-  const response = await fetch(path, {
-    method,
-    headers: body ? { ...headers, "Content-Type": "application/json" } : headers,
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  if (!response.ok) {
-    const problem = await response.json().catch(() => ({ detail: response.statusText }));
-    throw new Error(problem.detail);
-  }
-  return response.status === 204 ? null : response.json();
-}
 
 const cards = new Map();
 

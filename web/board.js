@@ -3,11 +3,7 @@
 // the cards current. The token comes from the URL the service printed and is kept per tab.
 "use strict";
 
-const params = new URLSearchParams(location.search);
-const token = params.get("token") || sessionStorage.getItem("cubicle-token") || prompt("Access token");
-sessionStorage.setItem("cubicle-token", token);
-const auth = { Authorization: `Bearer ${token}` };
-const withToken = (path) => `${path}${path.includes("?") ? "&" : "?"}token=${encodeURIComponent(token)}`;
+const { token, api, withToken } = cubicle;
 const $ = (selector, root = document) => root.querySelector(selector);
 
 const COLUMNS = {
@@ -24,19 +20,6 @@ $("#desktops-link").href = withToken("/");
 $("#runs-link").href = withToken("/web/runs.html");
 
 function say(text) { $("#status").textContent = text; }
-
-async function api(method, path, body) {
-  const response = await fetch(path, {
-    method,
-    headers: body ? { ...auth, "Content-Type": "application/json" } : auth,
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  if (!response.ok) {
-    const problem = await response.json().catch(() => ({ detail: response.statusText }));
-    throw new Error(problem.detail);
-  }
-  return response.status === 204 ? null : response.json();
-}
 
 function columnOf(status) {
   return Object.keys(COLUMNS).find((name) => COLUMNS[name].includes(status));

@@ -1,28 +1,16 @@
 // Recorded agent runs: a list, and a player that steps through a run's screenshots
 // (grounded points drawn on them) with each step's action, thought and timings.
-const params = new URLSearchParams(location.search);
-const token = params.get("token") || sessionStorage.getItem("cubicle-token") || prompt("Access token");
-sessionStorage.setItem("cubicle-token", token);
-const auth = { Authorization: `Bearer ${token}` };
+const { params, token, api } = cubicle;
 const $ = (id) => document.getElementById(id);
 let run = null;
 let current = 0;
 let playing = null;
 
-async function api(path) {
-  const response = await fetch(path, { headers: auth });
-  if (!response.ok) {
-    const problem = await response.json().catch(() => ({ detail: response.statusText }));
-    throw new Error(problem.detail);
-  }
-  return response.json();
-}
-
 const shotUrl = (runId, index) =>
   `/api/runs/${runId}/steps/${index}.png?token=${encodeURIComponent(token)}`;
 
 async function showList() {
-  const runs = await api("/api/runs");
+  const runs = await api("GET", "/api/runs");
   $("status").textContent = `${runs.length} run(s)`;
   $("run-list").replaceChildren(...runs.map((r) => {
     const link = document.createElement("a");
@@ -54,7 +42,7 @@ function show(index) {
 async function open(runId) {
   stop();
   document.querySelectorAll("#run-list a").forEach((a) => a.classList.toggle("current", a.dataset.run === runId));
-  run = await api(`/api/runs/${runId}`);
+  run = await api("GET", `/api/runs/${runId}`);
   $("run").hidden = false;
   $("task").textContent = run.run.task;
   $("outcome").textContent = `${run.run.status}${run.run.reason ? `: ${run.run.reason}` : ""}`;
