@@ -289,12 +289,17 @@ class Board:
         await self._service_answers()
         while True:
             self._wake.clear()
-            settings = await self.settings()
-            while len(self._runs) < settings.concurrency:
-                task = await self._call(self.db.next_queued, self._runs)
-                if task is None:
-                    break
-                await self._start(task, settings)
+            try:
+                settings = await self.settings()
+                while len(self._runs) < settings.concurrency:
+                    task = await self._call(self.db.next_queued, self._runs)
+                    if task is None:
+                        break
+                    await self._start(task, settings)
+            except Exception:  # a bug or a disk problem must not stop the board for good
+                log.exception("the board's scheduler failed; trying again in a second")
+                await asyncio.sleep(1)
+                self._wake.set()
             await self._wake.wait()
 
     async def _service_answers(self) -> None:
