@@ -53,6 +53,7 @@ class Guest:
         from Xlib import display as xdisplay
 
         from desktop.guest.clipboard import Clipboard
+        from desktop.guest.fit import WindowFitter
         from desktop.guest.input import InputController
         from desktop.guest.screen import ScreenCapture
         from desktop.guest.system import System
@@ -67,6 +68,8 @@ class Guest:
         self.input = InputController(self.display)
         self.screen = ScreenCapture(session.display)
         self.clipboard = Clipboard(session.display)
+        self.fitter = WindowFitter(session.display)
+        """Shrinks windows larger than the screen (GTK's file chooser) to fit it."""
         self.system = System(home, session.env, max_file_bytes)
         self.video = VideoSource(session.display)
         """Live H.264 of the screen; its thread runs only while someone reads `/frames`."""
@@ -77,11 +80,13 @@ class Guest:
 
     def start(self) -> None:
         self.clipboard.start()
+        self.fitter.start()
 
     async def stop(self) -> None:
         await self.video.stop()
         await self.system.stop()
         self.clipboard.stop()
+        self.fitter.stop()
         self.screen.close()
         self._x.submit(self.input.close).result()
         self._x.submit(self.display.close).result()
