@@ -28,7 +28,8 @@ from streaming.capture import DamagedScreen
 ImageFormat = Literal["png", "jpeg", "webp"]
 
 BUSY_CORES = 0.1
-"""CPU use of the desktop's programs, in cores, above which the screen is not settled."""
+"""CPU the desktop's programs use or wait for, in cores, above which the screen is not
+settled."""
 
 CONTENT_TYPES: dict[str, str] = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
 
@@ -217,10 +218,10 @@ class ScreenCapture:
         busy_cpu_s: Callable[[], float] | None = None,
     ) -> bool:
         """Return True once the last `quiet_ms` milliseconds were quiet: nothing drawn and,
-        with `busy_cpu_s` (CPU seconds the desktop's programs have used so far), those
-        programs using at most `BUSY_CORES` on average over that time: an app building a
-        dialog can compute for half a second before it draws anything. Returns False if
-        it was still busy after `timeout_ms` milliseconds.
+        with `busy_cpu_s` (seconds of CPU the desktop's programs have used or waited for so
+        far), those programs wanting at most `BUSY_CORES` on average over that time: an app
+        building a dialog can compute for half a second before it draws anything. Returns
+        False if it was still busy after `timeout_ms` milliseconds.
 
         X DAMAGE says whether anything was drawn, so waiting costs no grabs. The screen and
         the CPU are looked at together after each pause of 20 ms (a fifth of `quiet_ms`

@@ -67,7 +67,8 @@ class System:
         self._exec_sessions: set[int] = set()
         """Session ids of commands run through exec: background work, not the desktop's."""
         self.desktop_cpu_seconds = CpuMeter(self._exec_sessions.__contains__)
-        """CPU seconds the desktop's programs have used, leaving out exec'd commands."""
+        """Seconds the desktop's programs have run or waited to run, leaving out exec'd
+        commands (what `wait_for_settle` watches beside the screen)."""
 
     # --- exec -----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The desktop's CPU meter on real processes: precise to the millisecond, and never falling."""
+"""The desktop's CPU meter on real processes: run and run-queue time, and never falling."""
 
 from __future__ import annotations
 
@@ -39,17 +39,21 @@ def _spinner(in_thread: float, in_main: float) -> subprocess.Popen[str]:
     )
 
 
-def test_counts_the_watched_sessions_to_the_millisecond():
+def test_counts_what_the_watched_sessions_ran_and_waited_for():
     sessions: set[int] = set()
     meter = CpuMeter(lambda session: session not in sessions)
     assert meter() == 0.0
-    watched, other = _spinner(0, 0.3), _spinner(0, 0.3)
+    started = time.monotonic()
+    watched, other = _spinner(0, 0.3), _spinner(0, 0.3)  # two at once: they compete for cores
     try:
         sessions.add(watched.pid)
         assert watched.stdout.readline() == "started\n"
         used = float(watched.stdout.readline())  # its CPU, start-up included
         other.stdout.readline()
-        assert abs(meter() - used) < 0.005  # /proc/<pid>/stat would be off by 10 ms ticks
+        wanted = meter()
+        # Its one thread ran for `used` and waited in the run queue for some of the rest of
+        # the time it existed; the other spinner's 0.3 s would push past that.
+        assert used - 0.001 <= wanted <= time.monotonic() - started
     finally:
         for spinner in (watched, other):
             spinner.kill()
