@@ -224,8 +224,9 @@ class ScreenCapture:
         False if it was still busy after `timeout_ms` milliseconds.
 
         X DAMAGE says whether anything was drawn, so waiting costs no grabs. The screen and
-        the CPU are looked at together after each pause of 20 ms (a fifth of `quiet_ms`
-        when that is shorter), so the wait ends about one pause after the quiet time.
+        the CPU are looked at together every 20 ms (a fifth of `quiet_ms` when that is
+        shorter), and once more when `quiet_ms` without drawing will be up before the next
+        look, so a quiet screen is seen as such within a look of it.
         """
         loop = asyncio.get_running_loop()
         quiet = quiet_ms / 1000
@@ -237,7 +238,8 @@ class ScreenCapture:
         # (time, CPU reading) of the looks since the latest one at least `quiet` old
         marks = collections.deque([(drawn_at, cpu)])
         while True:
-            await asyncio.sleep(interval)
+            until_quiet = drawn_at + quiet - time.monotonic()
+            await asyncio.sleep(until_quiet if 0 < until_quiet < interval else interval)
             changed, cpu = await loop.run_in_executor(self._executor, look)
             now = time.monotonic()
             if changed:
