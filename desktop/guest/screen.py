@@ -8,7 +8,9 @@ capture; `cursor=True` draws the current cursor image (XFixes) onto the picture.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
+import functools
 import io
 import time
 from collections.abc import Callable
@@ -26,7 +28,8 @@ from streaming.capture import DamagedScreen
 ImageFormat = Literal["png", "jpeg", "webp"]
 
 BUSY_CORES = 0.1
-"""CPU use of the desktop's programs, in cores, above which the screen is not settled."""
+"""CPU the desktop's programs use or wait for, in cores, above which the screen is not
+settled."""
 
 CONTENT_TYPES: dict[str, str] = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
 
@@ -203,40 +206,52 @@ class ScreenCapture:
             return True
         return False
 
+    def _look_sync(self, busy_cpu_s: Callable[[], float] | None) -> tuple[bool, float | None]:
+        """Whether anything was drawn since the last look, and the CPU reading then."""
+        changed = self._changed_sync()
+        return changed, busy_cpu_s() if busy_cpu_s is not None else None
+
     async def wait_for_settle(
         self,
         quiet_ms: int,
         timeout_ms: int,
         busy_cpu_s: Callable[[], float] | None = None,
     ) -> bool:
-        """Return True once nothing was drawn for `quiet_ms` milliseconds.
+        """Return True once the last `quiet_ms` milliseconds were quiet: nothing drawn and,
+        with `busy_cpu_s` (seconds of CPU the desktop's programs have used or waited for so
+        far), those programs wanting at most `BUSY_CORES` on average over that time: an app
+        building a dialog can compute for half a second before it draws anything. Returns
+        False if it was still busy after `timeout_ms` milliseconds.
 
-        X DAMAGE says whether anything was drawn, so waiting costs no grabs. With
-        `busy_cpu_s` (CPU seconds the desktop's programs have used so far), the screen
-        also counts as busy while they use more than a tenth of a core: an app building
-        a dialog can compute for half a second before it draws anything. Returns False if
-        it was still busy after `timeout_ms` milliseconds.
+        X DAMAGE says whether anything was drawn, so waiting costs no grabs. The screen and
+        the CPU are looked at together every 20 ms (a fifth of `quiet_ms` when that is
+        shorter), and once more when `quiet_ms` without drawing will be up before the next
+        look, so a quiet screen is seen as such within a look of it.
         """
         loop = asyncio.get_running_loop()
-        deadline = time.monotonic() + timeout_ms / 1000
-        quiet_since = time.monotonic()
-        await loop.run_in_executor(self._executor, self._changed_sync)
-        cpu_marks = []
-        if busy_cpu_s is not None:
-            cpu_marks.append((quiet_since, await loop.run_in_executor(None, busy_cpu_s)))
+        quiet = quiet_ms / 1000
+        interval = min(0.02, quiet / 5)
+        look = functools.partial(self._look_sync, busy_cpu_s)
+        _, cpu = await loop.run_in_executor(self._executor, look)
+        drawn_at = time.monotonic()  # what the action drew so far belongs to the action
+        deadline = drawn_at + timeout_ms / 1000
+        # (time, CPU reading) of the looks since the latest one at least `quiet` old
+        marks = collections.deque([(drawn_at, cpu)])
         while True:
-            await asyncio.sleep(min(0.02, quiet_ms / 5000))
+            until_quiet = drawn_at + quiet - time.monotonic()
+            await asyncio.sleep(until_quiet if 0 < until_quiet < interval else interval)
+            changed, cpu = await loop.run_in_executor(self._executor, look)
             now = time.monotonic()
-            if await loop.run_in_executor(self._executor, self._changed_sync):
-                quiet_since = now
-            if busy_cpu_s is not None:
-                cpu_marks.append((now, await loop.run_in_executor(None, busy_cpu_s)))
-                while len(cpu_marks) > 2 and now - cpu_marks[1][0] >= quiet_ms / 1000:
-                    cpu_marks.pop(0)
-                (then, cpu_then), (_, cpu_now) = cpu_marks[0], cpu_marks[-1]
-                if now > then and (cpu_now - cpu_then) / (now - then) > BUSY_CORES:
-                    quiet_since = now
-            if now - quiet_since >= quiet_ms / 1000:
+            if changed:
+                drawn_at = now
+            busy = False
+            if cpu is not None:
+                marks.append((now, cpu))
+                while marks[1][0] <= now - quiet:
+                    marks.popleft()
+                then, cpu_then = marks[0]
+                busy = (cpu - cpu_then) / (now - then) > BUSY_CORES
+            if now - drawn_at >= quiet and not busy:
                 return True
             if now >= deadline:
                 return False

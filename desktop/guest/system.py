@@ -27,6 +27,7 @@ from desktop.errors import (
     PayloadTooLarge,
     SandboxError,
 )
+from desktop.guest.cpu import CpuMeter
 from desktop.models import ExecChunk, ExecRequest, ExecResult, FileEntry, Launched
 
 APPS: dict[str, list[str]] = {
@@ -65,7 +66,9 @@ class System:
         self._children: set[asyncio.Task[int]] = set()
         self._exec_sessions: set[int] = set()
         """Session ids of commands run through exec: background work, not the desktop's."""
-        self._tick = os.sysconf("SC_CLK_TCK")
+        self.desktop_cpu_seconds = CpuMeter(self._exec_sessions.__contains__)
+        """Seconds the desktop's programs have run or waited to run, leaving out exec'd
+        commands (what `wait_for_settle` watches beside the screen)."""
 
     # --- exec -----------------------------------------------------------------------------
 
@@ -100,27 +103,6 @@ class System:
             raise SandboxError(f"could not start {argv[0]!r}: {exc.strerror}") from exc
         self._exec_sessions.add(proc.pid)  # start_new_session: its session id is its pid
         return proc
-
-    def desktop_cpu_seconds(self) -> float:
-        """CPU seconds used so far by the desktop's programs (X server, XFCE, apps).
-
-        Leaves out this daemon and whatever runs in an exec'd command's session: a build
-        running in the background is not the screen being busy.
-        """
-        total = 0
-        me = os.getpid()
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) == me:
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                    fields = stat.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue  # exited meanwhile
-            if int(fields[3]) in self._exec_sessions:  # field 6 of stat: the session id
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
-        return total / self._tick
 
     @staticmethod
     async def _end_group(proc: asyncio.subprocess.Process) -> None:
