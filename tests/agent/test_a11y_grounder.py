@@ -160,22 +160,15 @@ async def test_unknown_element_is_none(mousepad: AsyncDesktop):
 async def test_save_as_dialog(mousepad: AsyncDesktop):
     grounder = A11yGrounder(mousepad)
     await mousepad.press("ctrl+s")
-    dialog = await window(mousepad, "Save As")
+    await window(mousepad, "Save As")
     try:
-        await wait_for(lambda: node(mousepad, "Cancel", "push button"), "the dialog's buttons")
-        # GTK sizes the file chooser taller than this 800-pixel screen: its buttons lie
-        # below the bottom edge, where nothing can click them, so they are not offered.
-        cancel = await node(mousepad, "Cancel", "push button")
-        assert cancel is not None and cancel.y is not None and cancel.y >= SCREEN[1]
-        assert await grounder.ground("Save button in the Save As dialog", b"", SCREEN) is None
-
-        await mousepad.window(dialog.id, "maximize")
-
+        # GTK sizes the file chooser taller than this 800-pixel screen; the guest fits it to
+        # the screen, so its buttons are on screen and offered.
         async def on_screen() -> A11yNode | None:
             save = await node(mousepad, "Save", "push button")
             return save if save and save.y is not None and save.y + 36 <= SCREEN[1] else None
 
-        save = await wait_for(on_screen, "the maximised dialog's Save button on screen")
+        save = await wait_for(on_screen, "the dialog's Save button on screen")
         for description in ("Save button in the Save As dialog", "the Save button"):
             assert inside(await grounder.ground(description, b"", SCREEN), save), description
 
