@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from desktop._http import raise_for_error
+from desktop._transport import LeanTransport
 from desktop.errors import GuestUnreachable
 
 
@@ -21,7 +22,7 @@ class GuestClient:
 
     def __init__(self, socket_path: str, *, timeout_s: float = 120.0) -> None:
         self._http = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(uds=socket_path),
+            transport=LeanTransport(uds=socket_path),
             base_url="http://guest",
             timeout=httpx.Timeout(timeout_s, connect=5.0),
         )

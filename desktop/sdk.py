@@ -29,6 +29,7 @@ import httpx
 
 from desktop import actions as a
 from desktop._http import raise_for_error
+from desktop._transport import lean_transport_for
 from desktop.errors import AuthError
 from desktop.models import (
     A11yTree,
@@ -66,6 +67,7 @@ class _Api:
         url, token = _connection(base_url, token)
         self.http = httpx.AsyncClient(
             base_url=url,
+            transport=lean_transport_for(url),
             headers={"Authorization": f"Bearer {token}"},
             timeout=httpx.Timeout(timeout_s, connect=10.0),
         )
