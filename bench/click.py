@@ -3,10 +3,12 @@
 Ours, end to end: `POST /api/desktops/{id}/actions` with one `click` on an empty part of a
 sandboxed desktop, through a keep-alive httpx client: HTTP to the service, its hop to the
 guest daemon, XTest events and a round trip to the X server (so the server has them), on
-a service without a warm pool (`CUBICLE_WARM_POOL=0`: no spare boots behind this). To
-show where the time goes, the same click is also sent straight to the guest daemon's Unix
-socket (skipping the service), the service's bare `GET /healthz` is timed, and the guest's
-own `elapsed_ms` for each REST click is kept.
+a service without a warm pool (`CUBICLE_WARM_POOL=0`: no spare boots behind this). The
+same click through the Python SDK (`Desktop.left_click`, blocking, which runs the async
+client on its loop thread) is timed beside it: what an SDK user sees. To show where the
+time goes, the same click is also sent straight to the guest daemon's Unix socket
+(skipping the service), the service's bare `GET /healthz` is timed, and the guest's own
+`elapsed_ms` for each REST click is kept.
 
 Baselines, on a host-side reference desktop (`bench._host`; the sandbox's X socket is not
 reachable from the host), with no HTTP in front of them (favours the baselines):
@@ -39,6 +41,7 @@ from bench._run import Options, Target, progress
 from bench._service import Service, running_service
 from bench._stats import Summary, ratio, summarize
 from desktop.guest.input import InputController
+from desktop.sdk import Desktop
 
 TARGET_P50_MS = 3.0
 TARGET_SPEEDUP = 5.0
@@ -60,6 +63,8 @@ def pyautogui_command(x: int, y: int) -> str:
 class ClickResult:
     ours: Summary
     """REST end to end on a sandboxed desktop."""
+    ours_sdk: Summary
+    """The same through the SDK: `Desktop.left_click(x, y)`."""
     ours_guest_elapsed: Summary
     """The guest's own time for the click (XTest + X round trip), from the same requests."""
     breakdown_guest_socket: Summary
@@ -98,9 +103,11 @@ class _Clicks:
         self._guest = httpx.Client(
             base_url="http://guest", transport=httpx.HTTPTransport(uds=str(socket))
         )
+        self._sdk = Desktop.connect(desktop_id, base_url=service.url, token=service.token)
         self._sandbox_clicks = self._host_clicks = 0
 
     def close(self) -> None:
+        self._sdk.close()
         self._guest.close()
         self._input.close()
         self._display.close()
@@ -122,6 +129,12 @@ class _Clicks:
         if response.status_code != 200:
             raise RuntimeError(f"click failed: {response.status_code} {response.text[:200]}")
         return elapsed, response.json()["results"][0]["elapsed_ms"] / 1000
+
+    def sdk(self) -> float:
+        x, y = self._sandbox_point()
+        started = time.perf_counter()
+        self._sdk.left_click(x, y)
+        return time.perf_counter() - started
 
     def guest_socket(self) -> float:
         x, y = self._sandbox_point()
@@ -160,6 +173,7 @@ class _Clicks:
 @dataclass
 class _Samples:
     rest: list[float] = field(default_factory=list)
+    sdk: list[float] = field(default_factory=list)
     guest: list[float] = field(default_factory=list)
     guest_socket: list[float] = field(default_factory=list)
     healthz: list[float] = field(default_factory=list)
@@ -172,6 +186,7 @@ def _round(clicks: _Clicks, samples: _Samples, with_pyautogui: bool) -> None:
     rest, guest = clicks.rest()
     samples.rest.append(rest)
     samples.guest.append(guest)
+    samples.sdk.append(clicks.sdk())
     samples.guest_socket.append(clicks.guest_socket())
     samples.healthz.append(clicks.healthz())
     samples.inprocess.append(clicks.inprocess())
@@ -214,6 +229,7 @@ def run(options: Options) -> ClickResult:
     )
     return ClickResult(
         ours=ours,
+        ours_sdk=summarize(samples.sdk),
         ours_guest_elapsed=summarize(samples.guest),
         breakdown_guest_socket=summarize(samples.guest_socket),
         breakdown_service_healthz=summarize(samples.healthz),
