@@ -17,6 +17,7 @@ import asyncio
 import collections
 import urllib.request
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httptools
 import httpx
@@ -283,6 +284,31 @@ def _head(request: httpx.Request, length: int) -> bytes:
         lines.append(b"content-length: %d\r\n" % length)
     lines.append(b"\r\n")
     return b"".join(lines)
+
+
+def build_request(
+    method: str, url: str, default_timeout: httpx.Timeout, **kwargs: Any
+) -> httpx.Request:
+    """A request to hand to `LeanTransport` directly, without an `httpx.AsyncClient`.
+
+    Takes `httpx.Request`'s arguments; `timeout=` (seconds or `httpx.Timeout`, as the
+    client takes it) overrides `default_timeout`.
+    """
+    limits = httpx.Timeout(kwargs.pop("timeout")) if "timeout" in kwargs else default_timeout
+    request = httpx.Request(method, url, **kwargs)
+    request.extensions["timeout"] = limits.as_dict()
+    return request
+
+
+async def send(transport: LeanTransport, request: httpx.Request) -> httpx.Response:
+    """Send `request` and read the whole answer (the connection goes back to the pool)."""
+    response = await transport.handle_async_request(request)
+    response.request = request
+    try:
+        await response.aread()
+    finally:
+        await response.aclose()
+    return response
 
 
 def lean_transport_for(base_url: str) -> LeanTransport | None:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from desktop._http import raise_for_error
-from desktop._transport import LeanTransport
+from desktop._transport import LeanTransport, build_request, send
 from desktop.errors import GuestUnreachable
 
 _BASE = "http://guest"
@@ -30,37 +30,24 @@ class GuestClient:
         self._transport = LeanTransport(uds=socket_path)
         self._timeout = httpx.Timeout(timeout_s, connect=5.0)
 
-    def _build(self, method: str, path: str, **kwargs: Any) -> httpx.Request:
-        """The request, with `timeout=` (seconds or `httpx.Timeout`) as httpx's client takes it."""
-        limits = httpx.Timeout(kwargs.pop("timeout")) if "timeout" in kwargs else self._timeout
-        request = httpx.Request(method, _BASE + path, **kwargs)
-        request.extensions["timeout"] = limits.as_dict()
-        return request
-
-    async def _send(self, request: httpx.Request) -> httpx.Response:
-        try:
-            response = await self._transport.handle_async_request(request)
-        except httpx.TransportError as exc:
-            raise GuestUnreachable(f"the desktop's guest daemon did not answer: {exc}") from exc
-        response.request = request
-        return response
-
     async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send one request; raise the guest's error, or GuestUnreachable."""
-        response = await self._send(self._build(method, path, **kwargs))
+        request = build_request(method, _BASE + path, self._timeout, **kwargs)
         try:
-            await response.aread()
+            response = await send(self._transport, request)
         except httpx.TransportError as exc:
             raise GuestUnreachable(f"the desktop's guest daemon did not answer: {exc}") from exc
-        finally:
-            await response.aclose()
         raise_for_error(response)
         return response
 
     @contextlib.asynccontextmanager
     async def stream(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
         """Send a request and hold the response open to read it as it arrives."""
-        response = await self._send(self._build(method, path, **kwargs))
+        request = build_request(method, _BASE + path, self._timeout, **kwargs)
+        try:
+            response = await self._transport.handle_async_request(request)
+        except httpx.TransportError as exc:
+            raise GuestUnreachable(f"the desktop's guest daemon did not answer: {exc}") from exc
         try:
             if response.status_code >= 400:
                 await response.aread()

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from desktop._transport import LeanTransport, lean_transport_for
+from desktop._transport import LeanTransport, build_request, lean_transport_for, send
 
 
 async def _echo(request: Request) -> Response:
@@ -114,6 +114,21 @@ async def test_timeouts_and_a_missing_socket_raise_httpx_errors():
     async with _client("/nonexistent/s.sock") as client:
         with pytest.raises(httpx.ConnectError):
             await client.get("/echo")
+
+
+async def test_requests_sent_without_a_client_honour_their_timeout():
+    default = httpx.Timeout(5.0)
+    async with _server() as path:
+        transport = LeanTransport(uds=path)
+        try:
+            request = build_request("POST", "http://guest/echo", default, json={"a": 1})
+            assert (await send(transport, request)).json() == {"a": 1}
+            slow = build_request("GET", "http://guest/slow", default, params={"s": 2}, timeout=0.2)
+            assert slow.extensions["timeout"]["read"] == 0.2
+            with pytest.raises(httpx.ReadTimeout):
+                await send(transport, slow)
+        finally:
+            await transport.aclose()
 
 
 def test_the_sdk_uses_it_for_plain_http_only(monkeypatch):
