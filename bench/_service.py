@@ -36,6 +36,7 @@ class Service:
     """A running service and a keep-alive client authenticated to it."""
 
     url: str
+    token: str
     data_dir: Path
     process: subprocess.Popen[bytes]
     client: httpx.Client
@@ -138,7 +139,7 @@ def _start(env_overrides: dict[str, str]) -> Service:
         )
     url = f"http://127.0.0.1:{port}"
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
-    service = Service(url, data_dir, process, client)
+    service = Service(url, token, data_dir, process, client)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:

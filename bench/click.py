@@ -3,10 +3,13 @@
 Ours, end to end: `POST /api/desktops/{id}/actions` with one `click` on an empty part of a
 sandboxed desktop, through a keep-alive httpx client: HTTP to the service, its hop to the
 guest daemon, XTest events and a round trip to the X server (so the server has them), on
-a service without a warm pool (`CUBICLE_WARM_POOL=0`: no spare boots behind this). To
-show where the time goes, the same click is also sent straight to the guest daemon's Unix
-socket (skipping the service), the service's bare `GET /healthz` is timed, and the guest's
-own `elapsed_ms` for each REST click is kept.
+a service without a warm pool (`CUBICLE_WARM_POOL=0`: no spare boots behind this). The
+same click through the Python SDK (`Desktop.left_click`, blocking, which runs the async
+client on its loop thread) is timed beside it: what an SDK user sees. To show where the
+time goes, the same click is also sent straight to the guest daemon's Unix socket
+(skipping the service), sent to the service as a hand-written HTTP/1.1 request on a plain
+keep-alive socket (the client's own share: httpx's against next to none), the service's
+bare `GET /healthz` is timed, and the guest's own `elapsed_ms` for each REST click is kept.
 
 Baselines, on a host-side reference desktop (`bench._host`; the sandbox's X socket is not
 reachable from the host), with no HTTP in front of them (favours the baselines):
@@ -26,6 +29,9 @@ every way; pyautogui, at ~0.5 s per click, runs in every few rounds only.
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -39,6 +45,7 @@ from bench._run import Options, Target, progress
 from bench._service import Service, running_service
 from bench._stats import Summary, ratio, summarize
 from desktop.guest.input import InputController
+from desktop.sdk import Desktop
 
 TARGET_P50_MS = 3.0
 TARGET_SPEEDUP = 5.0
@@ -60,12 +67,16 @@ def pyautogui_command(x: int, y: int) -> str:
 class ClickResult:
     ours: Summary
     """REST end to end on a sandboxed desktop."""
+    ours_sdk: Summary
+    """The same through the SDK: `Desktop.left_click(x, y)`."""
     ours_guest_elapsed: Summary
     """The guest's own time for the click (XTest + X round trip), from the same requests."""
     breakdown_guest_socket: Summary
     """The same click POSTed straight to the guest daemon's socket: the guest's HTTP share."""
     breakdown_service_healthz: Summary
     """`GET /healthz` of the service: its bare HTTP round trip."""
+    breakdown_raw_client: Summary
+    """The REST click as a hand-written request on a plain socket: no httpx on the client."""
     inprocess_xtest: Summary
     """`InputController.click` in-process on the host reference display."""
     baseline_xdotool: Summary
@@ -94,13 +105,23 @@ class _Clicks:
         self._env = host.env
         self._display = Display(host.display)
         self._input = InputController(self._display)
-        socket = service.data_dir / "desktops" / desktop_id / "run" / "guest.sock"
+        guest_socket = service.data_dir / "desktops" / desktop_id / "run" / "guest.sock"
         self._guest = httpx.Client(
-            base_url="http://guest", transport=httpx.HTTPTransport(uds=str(socket))
+            base_url="http://guest", transport=httpx.HTTPTransport(uds=str(guest_socket))
         )
+        self._sdk = Desktop.connect(desktop_id, base_url=service.url, token=service.token)
+        url = httpx.URL(service.url)
+        self._raw = socket.create_connection((url.host, url.port))
+        self._raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._raw_head = (
+            f"POST {self._path} HTTP/1.1\r\nhost: {url.host}\r\n"
+            f"authorization: Bearer {service.token}\r\ncontent-type: application/json\r\n"
+        ).encode()
         self._sandbox_clicks = self._host_clicks = 0
 
     def close(self) -> None:
+        self._raw.close()
+        self._sdk.close()
         self._guest.close()
         self._input.close()
         self._display.close()
@@ -122,6 +143,30 @@ class _Clicks:
         if response.status_code != 200:
             raise RuntimeError(f"click failed: {response.status_code} {response.text[:200]}")
         return elapsed, response.json()["results"][0]["elapsed_ms"] / 1000
+
+    def sdk(self) -> float:
+        x, y = self._sandbox_point()
+        started = time.perf_counter()
+        self._sdk.left_click(x, y)
+        return time.perf_counter() - started
+
+    def raw_client(self) -> float:
+        x, y = self._sandbox_point()
+        body = json.dumps({"type": "click", "x": x, "y": y}).encode()
+        request = self._raw_head + b"content-length: %d\r\n\r\n" % len(body) + body
+        started = time.perf_counter()
+        self._raw.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += self._raw.recv(65536)
+        head, _, content = answer.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+        while len(content) < length:
+            content += self._raw.recv(65536)
+        elapsed = time.perf_counter() - started
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"raw click failed: {head[:100]!r} {content[:200]!r}")
+        return elapsed
 
     def guest_socket(self) -> float:
         x, y = self._sandbox_point()
@@ -160,9 +205,11 @@ class _Clicks:
 @dataclass
 class _Samples:
     rest: list[float] = field(default_factory=list)
+    sdk: list[float] = field(default_factory=list)
     guest: list[float] = field(default_factory=list)
     guest_socket: list[float] = field(default_factory=list)
     healthz: list[float] = field(default_factory=list)
+    raw_client: list[float] = field(default_factory=list)
     inprocess: list[float] = field(default_factory=list)
     xdotool: list[float] = field(default_factory=list)
     pyautogui: list[float] = field(default_factory=list)
@@ -172,8 +219,10 @@ def _round(clicks: _Clicks, samples: _Samples, with_pyautogui: bool) -> None:
     rest, guest = clicks.rest()
     samples.rest.append(rest)
     samples.guest.append(guest)
+    samples.sdk.append(clicks.sdk())
     samples.guest_socket.append(clicks.guest_socket())
     samples.healthz.append(clicks.healthz())
+    samples.raw_client.append(clicks.raw_client())
     samples.inprocess.append(clicks.inprocess())
     samples.xdotool.append(clicks.xdotool())
     if with_pyautogui:
@@ -214,9 +263,11 @@ def run(options: Options) -> ClickResult:
     )
     return ClickResult(
         ours=ours,
+        ours_sdk=summarize(samples.sdk),
         ours_guest_elapsed=summarize(samples.guest),
         breakdown_guest_socket=summarize(samples.guest_socket),
         breakdown_service_healthz=summarize(samples.healthz),
+        breakdown_raw_client=summarize(samples.raw_client),
         inprocess_xtest=inprocess,
         baseline_xdotool=xdotool,
         baseline_pyautogui_osworld=pyautogui,

@@ -29,6 +29,7 @@ import httpx
 
 from desktop import actions as a
 from desktop._http import raise_for_error
+from desktop._transport import build_request, lean_transport_for, send
 from desktop.errors import AuthError
 from desktop.models import (
     A11yTree,
@@ -64,14 +65,22 @@ class _Api:
 
     def __init__(self, base_url: str | None, token: str | None, timeout_s: float) -> None:
         url, token = _connection(base_url, token)
+        self._url = url
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._timeout = httpx.Timeout(timeout_s, connect=10.0)
+        self._lean = lean_transport_for(url)
         self.http = httpx.AsyncClient(
-            base_url=url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            base_url=url, transport=self._lean, headers=self._headers, timeout=self._timeout
         )
 
     async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        response = await self.http.request(method, path, **kwargs)
+        if self._lean is None:  # https or a proxy: httpx's own client and transport
+            response = await self.http.request(method, path, **kwargs)
+        else:  # plain http: straight to the lean transport, whose pool the client shares
+            request = build_request(
+                method, self._url + path, self._timeout, headers=self._headers, **kwargs
+            )
+            response = await send(self._lean, request)
         if response.status_code >= 400:
             raise_for_error(response)
         return response

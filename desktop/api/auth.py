@@ -96,8 +96,7 @@ def access_of(connection: HTTPConnection) -> Access:
     return Access(None, "control")
 
 
-def require_admin(request: Request) -> Access:
-    """Admit the admin token only: share links open nothing but their desktop's live view."""
+def _admin(request: Request) -> Access:
     access = access_of(request)
     if not access.admin:
         raise Forbidden(
@@ -107,9 +106,18 @@ def require_admin(request: Request) -> Access:
     return access
 
 
-def require_token(request: Request) -> None:
+# The dependencies are `async def` although they never wait: FastAPI runs a plain `def`
+# dependency on its thread pool, a thread hop per request for a string comparison.
+
+
+async def require_admin(request: Request) -> Access:
+    """Admit the admin token only: share links open nothing but their desktop's live view."""
+    return _admin(request)
+
+
+async def require_token(request: Request) -> None:
     """The dependency of every route that only the admin token may call."""
-    require_admin(request)
+    _admin(request)
 
 
 def check_access(access: Access, desktop_id: str, mode: AccessMode) -> None:
@@ -122,13 +130,13 @@ def check_access(access: Access, desktop_id: str, mode: AccessMode) -> None:
         raise Forbidden("this share link is view-only: ask for a controlling link")
 
 
-def require_view(desktop_id: str, request: Request) -> Access:
+async def require_view(desktop_id: str, request: Request) -> Access:
     access = access_of(request)
     check_access(access, desktop_id, "view")
     return access
 
 
-def require_control(desktop_id: str, request: Request) -> Access:
+async def require_control(desktop_id: str, request: Request) -> Access:
     access = access_of(request)
     check_access(access, desktop_id, "control")
     return access

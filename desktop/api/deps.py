@@ -1,4 +1,8 @@
-"""FastAPI dependencies that hand out the long-lived objects built by the app's lifespan."""
+"""FastAPI dependencies that hand out the long-lived objects built by the app's lifespan.
+
+They are `async def` although they never wait: FastAPI runs a plain `def` dependency on its
+thread pool, a thread hop per dependency per request for a dictionary lookup.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +15,11 @@ from desktop.manager import SandboxManager
 from desktop.settings import Settings
 
 
-def get_manager(request: Request) -> SandboxManager:
+async def get_manager(request: Request) -> SandboxManager:
     return request.app.state.manager
 
 
-def get_settings_dep(request: Request) -> Settings:
+async def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -23,7 +27,7 @@ ManagerDep = Annotated[SandboxManager, Depends(get_manager)]
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
-def get_guest(desktop_id: str, manager: ManagerDep) -> GuestClient:
+async def get_guest(desktop_id: str, manager: ManagerDep) -> GuestClient:
     return manager.guest(desktop_id)
 
 

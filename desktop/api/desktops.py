@@ -37,6 +37,7 @@ from desktop.models import (
 
 router = APIRouter(prefix="/api/desktops", tags=["desktops"])
 
+_JSON = {"content-type": "application/json"}
 _PASSED_HEADERS = (
     "content-type",
     "x-screen-width",
@@ -80,12 +81,18 @@ async def set_timeout(desktop_id: str, body: SetTimeout, manager: ManagerDep) ->
 
 @router.post("/{desktop_id}/actions")
 async def run_actions(
-    desktop_id: str, guest: GuestDep, live: LiveDep, batch: Annotated[a.ActionBatch, Body()]
+    desktop_id: str,
+    guest: GuestDep,
+    live: LiveDep,
+    batch: Annotated[a.ActionBatch, Body()],
+    request: Request,
 ) -> Response:
     """Run one action or a list, in order; nothing runs if any action is invalid."""
     started = time.monotonic()
-    payload = a.action_batch_adapter.dump_python(batch, mode="json")
-    response = await guest.request("POST", "/actions", json=payload)
+    # The body just passed validation: the guest gets its bytes as they came, not a copy
+    # dumped and serialised again (the guest checks them once more against its screen).
+    body = await request.body()
+    response = await guest.request("POST", "/actions", content=body, headers=_JSON)
     live.log_actions(desktop_id, batch if isinstance(batch, list) else [batch], started, "api")
     return Response(response.content, media_type="application/json")
 

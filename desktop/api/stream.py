@@ -35,7 +35,7 @@ from streaming.recording import ActionLog, RecordingInfo
 router = APIRouter(prefix="/api/desktops", tags=["live view"])
 
 
-def get_live(request: Request) -> LiveDesktops:
+async def get_live(request: Request) -> LiveDesktops:
     return request.app.state.live
 
 

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("cubicle.guest")
 
 VERSION = "0.1.0"
+_KEEP_ALIVE_S = 3600
+"""Seconds an idle connection from the service stays open."""
 
 
 class StatusPipe:
@@ -138,6 +140,9 @@ async def serve(args: argparse.Namespace) -> int:
         uvicorn.Config(
             create_app(guest),
             uds=args.socket,
+            # The service is the only client: its keep-alive connections stay open while
+            # an agent thinks (uvicorn's default closes them after 5 idle seconds).
+            timeout_keep_alive=_KEEP_ALIVE_S,
             log_level="warning",
             access_log=False,
             lifespan="off",

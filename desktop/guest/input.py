@@ -83,6 +83,10 @@ class InputController:
         """Spare keycode → `time.monotonic()` seconds of its last key event."""
         self._pinger: Display | None = None
         self._pings = 0
+        # The screen size, for the off-screen check without a round trip per action: read
+        # once, then kept current by the root window's ConfigureNotify (RandR resizes).
+        self._root.change_attributes(event_mask=X.StructureNotifyMask)
+        self._size = self.screen_size()
 
     def close(self) -> None:
         """Close the private ping connection, if one was opened. Idempotent."""
@@ -300,8 +304,16 @@ class InputController:
         else:
             self._held_keys.pop(code, None)
 
+    def _current_size(self) -> tuple[int, int]:
+        """The screen size, from the root's ConfigureNotify events read so far (no round trip)."""
+        while self._display.pending_events():
+            event = self._display.next_event()
+            if event.type == X.ConfigureNotify and event.window.id == self._root.id:
+                self._size = (event.width, event.height)
+        return self._size
+
     def _check_on_screen(self, points: list[tuple[int, int]]) -> None:
-        width, height = self.screen_size()
+        width, height = self._current_size()
         for x, y in points:
             if not (0 <= x < width and 0 <= y < height):
                 raise OffScreen(

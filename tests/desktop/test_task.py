@@ -34,11 +34,16 @@ def test_write_and_save_a_unicode_note_in_mousepad(api, desktop):
         {"type": "type", "text": SENTENCE},
         {"type": "key", "keys": "ctrl+s"},
     )
-    dialog = wait_until(
-        lambda: [w for w in _windows(api, desktop_id) if w["title"].startswith("Save As")],
-        what="the Save As dialog",
-    )[0]
-    assert dialog["focused"]
+    # xfwm4 focuses a new dialog a moment after it is mapped: wait for both, as a person
+    # waits for the dialog to take the keyboard before typing into it.
+    wait_until(
+        lambda: [
+            w
+            for w in _windows(api, desktop_id)
+            if w["title"].startswith("Save As") and w["focused"]
+        ],
+        what="the Save As dialog, focused",
+    )
     _act(
         api,
         desktop_id,
