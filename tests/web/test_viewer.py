@@ -8,6 +8,7 @@ import av
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from streaming.webrtc import PLAYOUT_DELAY_URI
 from tests.conftest import wait_until
 from tests.web.test_page import CHROMIUM_ARGS
 
@@ -85,6 +86,9 @@ def test_watch_take_control_click_and_type_over_webrtc(page, service, api, deskt
     expect(page.locator("#transport")).to_have_text("WebRTC", timeout=20_000)
     size = page.eval_on_selector("#screen", "v => [v.videoWidth, v.videoHeight]")
     assert size == [WIDTH, HEIGHT]
+    # Chromium offered the playout-delay extension and the answer took it (zero delay: no
+    # jitter buffer holding frames back).
+    assert PLAYOUT_DELAY_URI in page.evaluate("view.pc.remoteDescription.sdp")
 
     # The picture follows the desktop: an editor opens, frames are decoded.
     before = decoded_frames(page)
