@@ -131,6 +131,21 @@ def test_watch_take_control_click_and_type_over_webrtc(page, service, api, deskt
     expect(page.locator("#take")).to_be_visible()
 
 
+def test_a_closed_tab_hangs_up_at_once(page, service, api, desktop):
+    def viewers() -> set[str]:
+        live = api.get(f"/api/desktops/{desktop['id']}/live").json()
+        return {viewer["id"] for viewer in live["viewers"]}
+
+    before = viewers()
+    page.goto(viewer_url(service, desktop))
+    expect(page.locator("#transport")).to_have_text("WebRTC", timeout=20_000)
+    mine = page.evaluate("view.viewerId")
+    assert mine in viewers()
+    page.close()  # as a tab is closed; no pc.close() by hand: the page's pagehide does it
+    wait_until(lambda: mine not in viewers(), timeout_s=5, what="the viewer to hang up")
+    assert viewers() <= before
+
+
 def test_one_controller_at_a_time(browser, service, desktop):
     pages = []
     for _ in range(2):
