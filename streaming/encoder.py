@@ -112,7 +112,7 @@ class H264Encoder:
 
     def _convert(self, bgra: bytes | bytearray, rows: range | None) -> av.VideoFrame:
         """The picture in YUV, converting only `rows` (all of them if None, or at first)."""
-        if self._picture is None or rows is None:
+        if self._picture is None or rows is None or len(rows) >= self.height:
             _load(self._bgra, bgra, self.source_width * 4, range(self.height))
             self._picture = self._reformatter.reformat(self._bgra, format="yuv420p", threads=1)
             return self._picture

@@ -367,17 +367,21 @@ class _Worker(threading.Thread):
                 if changed:
                     changed = False
                     next_grab = now + 1 / max(source._fps, 1)
+                    counters.captured += 1
                     if picture is None:
                         rows, picture = range(screen.height), screen.grab()
                     else:  # only the rows X said changed
                         rows, pixels = screen.grab_damaged()
-                        band = slice(rows.start * screen.width * 4, rows.stop * screen.width * 4)
-                        if picture[band] == pixels and not keyframe:  # damaged, yet the same
-                            counters.captured += 1
+                        if len(rows) == screen.height:
+                            same, picture = pixels == picture, pixels
+                        else:
+                            stride = screen.width * 4
+                            band = slice(rows.start * stride, rows.stop * stride)
+                            same = picture[band] == pixels
+                            picture[band] = pixels
+                        if same and not keyframe:  # damaged, yet the same pixels
                             counters.skipped += 1
                             continue
-                        picture[band] = pixels
-                    counters.captured += 1
                 elif not keyframe or picture is None:
                     self._wait(screen.fileno(), None)  # idle until X or someone wakes us
                     continue
