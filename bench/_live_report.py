@@ -107,6 +107,16 @@ def transport_figures(kind: Kind, data: dict[str, list]) -> dict[str, Any]:
         figures["rounds"]["five_over_one_per_frame"] = [
             round(v, 3) for v in data["five_over_one_per_frame"]
         ]
+        stages = [x for chunk in data["latency_stages"] for x in chunk if x is not None]
+        figures["latency_stages"] = (
+            {
+                "drawn_to_received": asdict(summarize([x[0] / 1000 for x in stages])),
+                "drawn_to_presented": asdict(summarize([x[1] / 1000 for x in stages])),
+                "drawn_to_read": figures["latency"],
+            }
+            if stages
+            else None
+        )
         figures["browser_receiver"] = {
             "marker_only": data["receiver_still"],
             "moving_one_viewer": data["receiver_moving"],

@@ -7,6 +7,12 @@ or noVNC's canvas), decodes the time and keeps `latency = now − drawn` (millis
 clocks the host's: the sandbox shares it) each time the code changed. A read whose guards
 or CRC do not match (the picture was mid-change, or the codec smeared it) is counted as
 invalid and kept out.
+
+For a `<video>`, each sample also gets the stages of the last frame the video presented
+before the read (requestVideoFrameCallback metadata; nothing extra is read off the
+picture): when its last packet arrived (`receiveTime`) and when it was handed to the
+compositor (`presentationTime`), both minus the drawn time, so a latency splits into
+desktop to browser, jitter buffer + decode, and compositor + page.
 """
 
 from __future__ import annotations
@@ -41,7 +47,9 @@ SAMPLER_JS = """(cfg) => {
   const canvas = document.createElement("canvas");
   canvas.width = W; canvas.height = H;
   const ctx = canvas.getContext("2d", { willReadFrequently: true });
-  const s = { latencies: [], invalid: 0, reads: 0, changes: 0, presented: 0, last: -1 };
+  const s = { latencies: [], stages: [], invalid: 0, reads: 0, changes: 0, presented: 0 };
+  s.last = -1;
+  s.frame = null;
   const crc8 = (v) => {
     let crc = 0;
     for (const shift of [16, 8, 0]) {
@@ -81,8 +89,16 @@ SAMPLER_JS = """(cfg) => {
       else if (value !== s.last) {
         s.last = value;
         s.changes++;
-        const latency = (((now % MOD) - value) % MOD + MOD) % MOD;
-        if (latency < 10000) s.latencies.push(latency); else s.invalid++;
+        const since = (t) => (((Math.floor(t) % MOD) - value) % MOD + MOD) % MOD;
+        const latency = since(now);
+        if (latency < 10000) {
+          s.latencies.push(latency);
+          // The last frame the video reported; if it arrived before the code was drawn,
+          // the picture read is a newer one not reported yet: no stages for this sample.
+          const f = s.frame;
+          const known = f && f.received && since(f.received) < 10000;
+          s.stages.push(known ? [since(f.received), since(f.presented)] : null);
+        } else s.invalid++;
       }
     }
     requestAnimationFrame(tick);
@@ -93,6 +109,8 @@ SAMPLER_JS = """(cfg) => {
     if (!(element instanceof HTMLVideoElement)) return setTimeout(onVideoFrame, 100);
     const count = (now, meta) => {
       s.presented = meta.presentedFrames;
+      const at = (t) => (t === undefined ? null : performance.timeOrigin + t);
+      s.frame = { received: at(meta.receiveTime), presented: at(meta.presentationTime) };
       element.requestVideoFrameCallback(count);
     };
     element.requestVideoFrameCallback(count);

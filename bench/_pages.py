@@ -104,6 +104,16 @@ class ViewerPage:
             [start.latencies_ms, end.latencies_ms],
         )
 
+    def latency_stages_ms(
+        self, start: MarkerReading, end: MarkerReading
+    ) -> list[tuple[float, float] | None]:
+        """For each latency sample between two readings, drawn → (frame received, frame
+        presented) in milliseconds; None where the page had no video frame metadata."""
+        return self.page.evaluate(
+            "([a, b]) => window.__marker.stages.slice(a, b)",
+            [start.latencies_ms, end.latencies_ms],
+        )
+
     def receiver(self) -> dict[str, float]:
         """Chromium's WebRTC receiver totals (ours only), see `RECEIVER_TOTALS`."""
         stats = self.page.evaluate(_RECEIVER_JS)

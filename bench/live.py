@@ -61,6 +61,9 @@ EXTRA_VIEWERS = 4
 DEFINITIONS = {
     "latency": "page-read time minus drawn time of the marker (ms), marker alone on a still "
     "screen; latency_while_moving: the same with the whole screen scrolling",
+    "latency_stages": "ours, per latency sample: drawn → last packet of the frame received, "
+    "→ frame presented to the compositor (requestVideoFrameCallback receiveTime and "
+    "presentationTime), → read by the page (the latency itself)",
     "page_fps": "distinct marker codes the page saw per second, whole screen scrolling at 60 Hz",
     "video_fps": "<video> frames presented per second (requestVideoFrameCallback)",
     "kbit_per_s": "what the page received: RTP payload + headers, or WebSocket payloads",
@@ -240,6 +243,7 @@ class _Run:
                     self.keep(kind, "latency_p50", statistics.median(latencies))
                     self.keep(kind, "invalid_reads", end.invalid - start.invalid)
                     if kind == "ours":
+                        self.keep(kind, "latency_stages", page.latency_stages_ms(start, end))
                         self.keep(kind, "receiver_still", per_frame(receiver, page.receiver()))
                         self.keep(
                             kind, "encoder_still", encoder_delta(encoder, self.encoder_stats())

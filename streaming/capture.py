@@ -1,9 +1,11 @@
 """Knowing when the screen changed (X DAMAGE) and grabbing it (mss, XShmGetImage).
 
 The X server tells us about damage, so a static screen costs nothing: no polling, no
-grabs. A `DamageNotify` arrives when the damage region goes from empty to non-empty; a
-grab first empties it (`DamageSubtract`, one round trip) and then copies the pixels, so
-anything drawn during or after the copy raises a new notify.
+grabs. A `DamageNotify` arrives whenever the bounding box of the damage region grows (from
+empty, first), carrying that box; a grab first empties the region (`DamageSubtract`, one
+round trip) and then copies the pixels, so anything drawn during or after the copy raises
+a new notify. The boxes say which rows changed, so a small change (a key typed, a cursor
+blinking) costs a grab of those rows rather than of the whole screen.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class DamagedScreen:
                     raise SandboxError(f"X display {display} lacks the DAMAGE extension")
                 self._x.damage_query_version()
                 self._notify_type: int = self._x.extension_event.DamageNotify
-                self._damage = self._x.screen().root.damage_create(damage.DamageReportNonEmpty)
+                self._damage = self._x.screen().root.damage_create(damage.DamageReportBoundingBox)
                 self._x.sync()
                 self._mss = mss.MSS(display=display)
                 self._monitor = dict(self._mss.monitors[0])
@@ -58,6 +60,8 @@ class DamagedScreen:
         """Screen pixels."""
         self.height: int = self._monitor["height"]
         """Screen pixels."""
+        self._damaged: tuple[int, int] | None = None
+        """First and end row of what the notifies read since the last grab reported."""
 
     def fileno(self) -> int:
         """The X connection to wait on (readable when a damage event may have arrived)."""
@@ -65,7 +69,8 @@ class DamagedScreen:
         return self._x.fileno()
 
     def take_damage(self, *, sync: bool = False) -> bool:
-        """Whether the screen changed since the last grab; reads pending events.
+        """Whether the screen changed since the last grab; reads pending events (and keeps
+        the rows they say changed, for `grab_damaged()`).
 
         With `sync`, one round trip first makes sure every notify the server sent before
         this call has arrived (otherwise a change made a moment ago may still be in flight).
@@ -79,15 +84,37 @@ class DamagedScreen:
                 event = self._x.next_event()
                 if event.type & 0x7F == self._notify_type:  # the class is a per-display clone
                     changed = True
+                    self._add_damage(event.area.y, event.area.y + event.area.height)
         return changed
+
+    def _add_damage(self, top: int, end: int) -> None:
+        top, end = max(top, 0), min(end, self.height)
+        if top >= end:
+            return
+        if self._damaged is not None:
+            top, end = min(top, self._damaged[0]), max(end, self._damaged[1])
+        self._damaged = (top, end)
 
     def grab(self) -> bytearray:
         """The whole screen as BGRA pixels, `width × 4` bytes per row, no padding."""
+        return self._grab(range(self.height))
+
+    def grab_damaged(self) -> tuple[range, bytearray]:
+        """The rows that notifies read since the last grab said changed, whole width, and
+        their BGRA pixels; all rows if none did. Later notifies (drawing after the ones
+        read, or after this grab) are read by the next `take_damage()`.
+        """
+        rows = range(*self._damaged) if self._damaged is not None else range(self.height)
+        return rows, self._grab(rows)
+
+    def _grab(self, rows: range) -> bytearray:
         assert self._x is not None and self._mss is not None
+        self._damaged = None
+        band = {**self._monitor, "top": self._monitor["top"] + rows.start, "height": len(rows)}
         with _x_errors("grabbing the screen"):
             self._x.damage_subtract(self._damage)
             self._x.sync()  # the server emptied the region before the copy starts
-            return self._mss.grab(self._monitor).raw
+            return self._mss.grab(band).raw
 
     def close(self) -> None:
         """Release both X connections; idempotent, quiet when the server is already gone."""

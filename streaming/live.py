@@ -47,8 +47,20 @@ class EncoderStats(BaseModel):
     """Readers of the guest's `/frames`: 1 while anyone watches or records, else 0."""
     encoder_running: bool
     encoders_started: int
+    fps: int
+    """Capture rate cap in force: what the host asked for; 0 when idle."""
+    frames_captured: int
+    """Screen grabs, each after X reported damage."""
+    frames_skipped: int
+    """Grabs that found the same pixels as before, not encoded."""
     frames_encoded: int
     keyframes: int
+    frames_dropped: int
+    """Frames the guest did not send because its reader was behind."""
+    encode_seconds: float
+    """Wall-clock seconds spent converting and encoding, summed."""
+    cpu_seconds: float
+    """CPU seconds of the capture/encode threads (x264's slice threads not included)."""
 
 
 class LiveState(BaseModel):

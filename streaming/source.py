@@ -1,11 +1,11 @@
 """One encoded video stream per desktop, shared by every consumer inside the guest.
 
-A `VideoSource` runs one thread that waits for X damage, grabs the screen, drops grabs
-identical to the last one and encodes the rest with libx264. The thread runs while anyone
-subscribes: the first subscriber starts it, the last one to leave stops it (the thread is
-joined and the encoder freed before the next one starts). When nothing changes nothing is
-grabbed, encoded or sent, unless someone asks for a keyframe: then the last picture is
-encoded again as an IDR.
+A `VideoSource` runs one thread that waits for X damage, grabs the rows that changed,
+drops grabs identical to what it had and encodes the rest with libx264. The thread runs
+while anyone subscribes: the first subscriber starts it, the last one to leave stops it
+(the thread is joined and the encoder freed before the next one starts). When nothing
+changes nothing is grabbed, encoded or sent, unless someone asks for a keyframe: then the
+last picture is encoded again as an IDR.
 
 Each subscriber gets its own bounded queue on its event loop and starts at a keyframe. A
 subscriber that falls behind loses frames until the next keyframe, which it asks for once it
@@ -47,7 +47,7 @@ class VideoStats:
     fps: int
     """Capture rate cap now in force: the highest any subscriber asked for; 0 when idle."""
     frames_captured: int
-    """Screen grabs; each follows a damage event."""
+    """Screen grabs (of the rows that changed); each follows a damage event."""
     frames_skipped: int
     """Grabs identical to the previous picture, not encoded."""
     frames_encoded: int
@@ -367,19 +367,31 @@ class _Worker(threading.Thread):
                 if changed:
                     changed = False
                     next_grab = now + 1 / max(source._fps, 1)
-                    grabbed = screen.grab()
                     counters.captured += 1
-                    if grabbed == picture and not keyframe:  # damaged, yet the same pixels
-                        counters.skipped += 1
-                        continue
-                    picture = grabbed
+                    if picture is None:
+                        rows, picture = range(screen.height), screen.grab()
+                    else:  # only the rows X said changed
+                        rows, pixels = screen.grab_damaged()
+                        if len(rows) == screen.height:
+                            same, picture = pixels == picture, pixels
+                        else:
+                            stride = screen.width * 4
+                            band = slice(rows.start * stride, rows.stop * stride)
+                            same = picture[band] == pixels
+                            picture[band] = pixels
+                        if same and not keyframe:  # damaged, yet the same pixels
+                            counters.skipped += 1
+                            continue
                 elif not keyframe or picture is None:
                     self._wait(screen.fileno(), None)  # idle until X or someone wakes us
                     continue
+                else:
+                    rows = range(0)  # a keyframe of the same picture
                 pts = max(round((now - started) * 1_000_000), last_pts + 1)
                 last_pts = pts
                 began = time.perf_counter()
-                frame = encoder.encode(picture, pts, keyframe=source._take_keyframe_request())
+                keyframe = source._take_keyframe_request()
+                frame = encoder.encode(picture, pts, keyframe=keyframe, rows=rows)
                 counters.encode_seconds += time.perf_counter() - began
                 counters.encoded += 1
                 counters.keyframes += frame.keyframe

@@ -9,6 +9,13 @@ input to the desktop's `Control` and brings back who controls.
 aiortc answers a receiver's PLI or FIR by flagging its own encoder for a keyframe, which
 ready-encoded packets never pass through; so each sender's hook is wrapped to also ask the
 hub (which asks the guest, rate-limited) for a keyframe.
+
+Every video packet carries the playout-delay header extension with a minimum and maximum of
+zero, when the browser offers it (Chromium does): the receiver then shows each frame as soon
+as it is decoded instead of holding it in its jitter buffer for smooth motion, which on a
+remote desktop is tens of milliseconds of lag for nothing. aiortc neither negotiates nor
+writes this extension, so the answer gets it added and the sender writes it through its own
+`_PlayoutDelayExtensions`.
 """
 
 from __future__ import annotations
@@ -24,11 +31,16 @@ from aiortc import (
     RTCPeerConnection,
     RTCRtpSender,
     RTCSessionDescription,
+    rtp,
 )
 from aiortc import sdp as aiortc_sdp
 from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateError, OperationError
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from aiortc.rtcrtpparameters import RTCRtpCodecCapability
+from aiortc.rtcrtpparameters import (
+    RTCRtpCodecCapability,
+    RTCRtpHeaderExtensionParameters,
+    RTCRtpParameters,
+)
 
 from desktop.errors import InvalidRequest
 from streaming.control import Control, Viewer
@@ -38,6 +50,12 @@ log = logging.getLogger("cubicle.streaming")
 
 RTP_TIME_BASE = Fraction(1, 90_000)
 """The RTP clock of video: 90 kHz."""
+
+PLAYOUT_DELAY_URI = "http://www.webrtc.org/experiments/rtp-hdrext/playout-delay"
+"""RTP header extension: the receiver's playout delay, 12 bits minimum and 12 bits maximum
+in units of 10 ms."""
+ZERO_PLAYOUT_DELAY = bytes(3)
+"""Minimum 0, maximum 0: show every frame as soon as it is decoded."""
 
 _NO_H264 = (
     "the browser offers no H.264 video this service can send (it needs H.264 with "
@@ -107,6 +125,38 @@ class _DataChannelOut:
         """Nothing to do: the peer connection, which carries the channel, is closed apart."""
 
 
+class _PlayoutDelayExtensions(rtp.HeaderExtensionsMap):
+    """aiortc's header extensions, plus a zero playout delay when it was negotiated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._playout_delay_id: int | None = None
+
+    def configure(self, parameters: RTCRtpParameters) -> None:
+        super().configure(parameters)
+        self._playout_delay_id = next(
+            (x.id for x in parameters.headerExtensions if x.uri == PLAYOUT_DELAY_URI), None
+        )
+
+    def set(self, values: rtp.HeaderExtensions) -> tuple[int, bytes]:
+        profile, value = super().set(values)
+        if self._playout_delay_id is None:
+            return profile, value
+        extensions = rtp.unpack_header_extensions(profile, value) if value else []
+        extensions.append((self._playout_delay_id, ZERO_PLAYOUT_DELAY))
+        return rtp.pack_header_extensions(extensions)
+
+
+def _offered_playout_delay(offer: aiortc_sdp.SessionDescription) -> int | None:
+    """The id the offer's video section gives the playout-delay extension, if any."""
+    for media in offer.media:
+        if media.kind == "video":
+            for extension in media.rtp.headerExtensions:
+                if extension.uri == PLAYOUT_DELAY_URI:
+                    return extension.id
+    return None
+
+
 def h264_preferences() -> list[RTCRtpCodecCapability]:
     """aiortc's H.264 codecs, constrained baseline first, then RTX for retransmissions."""
     codecs = RTCRtpSender.getCapabilities("video").codecs
@@ -115,7 +165,7 @@ def h264_preferences() -> list[RTCRtpCodecCapability]:
     return h264 + [c for c in codecs if c.mimeType == "video/rtx"]
 
 
-def _check_offer(text: str) -> None:
+def _check_offer(text: str) -> aiortc_sdp.SessionDescription:
     if not text.lstrip().startswith("v=0"):
         raise InvalidRequest(
             "the offer is not SDP (SDP starts with v=0): send the `sdp` of the browser's "
@@ -130,6 +180,7 @@ def _check_offer(text: str) -> None:
             "the offer has no video section: add a receive-only video transceiver "
             "(pc.addTransceiver('video', {direction: 'recvonly'})) before createOffer()"
         )
+    return offer
 
 
 class WebRtcViewer:
@@ -170,16 +221,22 @@ class WebRtcViewer:
 
     async def answer(self, offer_sdp: str) -> str:
         """Take the browser's offer and give the answer (all candidates included)."""
-        _check_offer(offer_sdp)
+        offer = _check_offer(offer_sdp)
         transceiver = self._pc.addTransceiver(self._track, direction="sendonly")
         transceiver.setCodecPreferences(h264_preferences())
         self._forward_keyframe_requests(transceiver.sender)
+        # The sender configures its extensions once the answer is set: swap the writer first.
+        transceiver.sender._RTCRtpSender__rtp_header_extensions_map = _PlayoutDelayExtensions()
         try:
             await self._pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
         except OperationError as exc:
             raise InvalidRequest(_NO_H264) from exc
         except (ValueError, InvalidAccessError, InvalidStateError, InternalError) as exc:
             raise InvalidRequest(f"the offer cannot be used: {exc}") from exc
+        if (playout_delay_id := _offered_playout_delay(offer)) is not None:
+            transceiver._headerExtensions.append(  # what the answer and the sender use
+                RTCRtpHeaderExtensionParameters(id=playout_delay_id, uri=PLAYOUT_DELAY_URI)
+            )
         await self._pc.setLocalDescription(await self._pc.createAnswer())
         self._control.join(self.viewer)
         return self._pc.localDescription.sdp

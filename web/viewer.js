@@ -356,6 +356,15 @@ async function showStats() {
   });
 }
 
+// A page that goes away hangs up at once: without that, the service streams on to it
+// until ICE consent fails, about 30 s later. A page brought back from the back/forward
+// cache has nothing to show, so it starts over.
+window.addEventListener("pagehide", () => {
+  if (view.pc) view.pc.close();
+  if (view.socket) view.socket.close(1000, "the page was left");
+});
+window.addEventListener("pageshow", (event) => { if (event.persisted) location.reload(); });
+
 start().then(refresh);
 setInterval(refresh, 2000);
 setInterval(showStats, 1000);

@@ -17,6 +17,7 @@ from Xlib import X
 from Xlib.display import Display
 
 from desktop.errors import SandboxError
+from streaming.capture import DamagedScreen
 from streaming.encoder import H264Encoder
 from streaming.frames import EncodedFrame
 from streaming.source import Subscription, VideoSource
@@ -142,6 +143,49 @@ async def test_a_new_window_shows_up_in_the_video(x_session, source, painter):
         assert time.monotonic() - drawn < 0.25
         picture = decoder.decode(frame)
         assert close_to(colour_at(picture, 300, 250), GREEN), colour_at(picture, 300, 250)
+
+
+async def test_small_changes_land_in_place_and_leave_the_rest_alone(x_session, source, painter):
+    # Only the rows X reports damaged are grabbed and converted; the rest stays as it was.
+    await run(x_session, "xsetroot", "-solid", "#000080")
+    strip = Painter(x_session.display, 600, 701, 200, 9)
+    decoder = Decoder()
+    try:
+        async with source.subscribe() as frames:
+            picture = decoder.decode(await next_frame(frames))
+            for window, colour in ((painter, GREEN), (strip, BLUE)):
+                window.fill(colour)
+                while True:  # until the screen is still again
+                    try:
+                        picture = decoder.decode(await next_frame(frames, within=0.5))
+                    except TimeoutError:
+                        break
+    finally:
+        strip.close()
+    assert close_to(colour_at(picture, 300, 250), GREEN), colour_at(picture, 300, 250)
+    assert close_to(colour_at(picture, 700, 705), BLUE), colour_at(picture, 700, 705)
+    for x, y in ((50, 50), (700, 697), (700, 712), (1270, 790)):
+        assert close_to(colour_at(picture, x, y), (0, 0, 128)), ((x, y), colour_at(picture, x, y))
+
+
+def test_a_grab_after_a_small_change_takes_only_its_rows(x_session):
+    screen = DamagedScreen(x_session.display)
+    window = Painter(x_session.display, 100, 301, 50, 19)
+    try:
+        screen.take_damage(sync=True)  # what was drawn before (the whole screen at first)
+        screen.grab()  # empties the damage region
+        window.fill(GREEN)
+        assert screen.take_damage(sync=True)
+        rows, pixels = screen.grab_damaged()
+        assert rows == range(301, 320)
+        assert len(pixels) == len(rows) * screen.width * 4
+        at = (5 * screen.width + 120) * 4
+        assert pixels[at : at + 3] == bytes((0, 255, 0))  # BGRA
+        assert not screen.take_damage(sync=True)
+        assert screen.grab_damaged()[0] == range(screen.height)  # no damage: all rows
+    finally:
+        window.close()
+        screen.close()
 
 
 async def test_a_keyframe_request_yields_an_idr_on_a_still_screen(source):
@@ -298,3 +342,29 @@ def test_odd_sizes_are_cropped_to_even_and_rows_land_where_they_belong():
     assert (picture.width, picture.height) == (320, 180)
     assert close_to(colour_at(picture, 300, 20), BLUE), colour_at(picture, 300, 20)
     assert close_to(colour_at(picture, 300, 160), RED), colour_at(picture, 300, 160)
+
+
+@pytest.mark.parametrize("band", [range(0, 7), range(101, 137), range(795, 800)])
+def test_converting_only_the_changed_rows_encodes_what_converting_all_would(band):
+    # The same two pictures through two encoders: one told which rows changed, one not.
+    # libx264 is deterministic, so the same YUV input gives the same bytes.
+    width, height = 320, 800
+    before = bytes((x * 7 + y * 3) % 251 for y in range(height) for x in range(width * 4))
+    after = bytearray(before)
+    for y in band:
+        after[y * width * 4 : (y + 1) * width * 4] = bytes(
+            (x * 13 + y) % 256 for x in range(width * 4)
+        )
+    told, untold = H264Encoder(width, height), H264Encoder(width, height)
+    try:
+        for encoder in (told, untold):
+            encoder.encode(before, 0, keyframe=True)
+        changed = told.encode(bytes(after), 1, keyframe=False, rows=band)
+        whole = untold.encode(bytes(after), 1, keyframe=False, rows=None)
+        nothing = told.encode(bytes(after), 2, keyframe=False, rows=range(0))
+        again = untold.encode(bytes(after), 2, keyframe=False)
+    finally:
+        told.close()
+        untold.close()
+    assert changed.data == whole.data
+    assert nothing.data == again.data

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.rtp import unpack_header_extensions
 
 from desktop import actions as a
 from desktop.errors import InvalidRequest
 from streaming.control import Control
 from streaming.hub import FrameHub
-from streaming.webrtc import WebRtcViewer
+from streaming.webrtc import PLAYOUT_DELAY_URI, WebRtcViewer
 from tests.streaming.pattern_source import PatternFrames
 
 
@@ -48,6 +50,18 @@ class Client:
     @property
     def receiver(self):
         return self.pc.getTransceivers()[0].receiver
+
+    def keep_rtp(self) -> list[bytes]:
+        """From now on, every RTP packet that arrives (decrypted), in a list."""
+        transport, packets = self.receiver.transport, []
+        handle = transport._handle_rtp_data
+
+        async def keep(data: bytes, arrival_time_ms: int) -> None:
+            packets.append(data)
+            await handle(data, arrival_time_ms)
+
+        transport._handle_rtp_data = keep
+        return packets
 
     async def frames(self, count: int, timeout_s: float = 60.0) -> list:
         got: list = []
@@ -144,6 +158,45 @@ async def test_input_on_the_data_channel_reaches_the_desktop_only_from_the_contr
         await client.pc.close()
         await viewer.close()
         await control.stop()
+
+
+def header_extensions(packet: bytes) -> dict[int, bytes]:
+    """The RTP header extensions of a packet, by id (RFC 3550 header, RFC 8285 block)."""
+    if not packet[0] & 0x10:
+        return {}
+    at = 12 + 4 * (packet[0] & 0x0F)  # after the fixed header and the CSRCs
+    profile, words = struct.unpack_from("!HH", packet, at)
+    return dict(unpack_header_extensions(profile, packet[at + 4 : at + 4 + 4 * words]))
+
+
+def with_playout_delay(offer: str, extension_id: int) -> str:
+    """The offer as Chromium makes it: playout-delay among the video's header extensions."""
+    line = f"a=extmap:{extension_id} {PLAYOUT_DELAY_URI}\r\n"
+    return offer.replace("a=mid:0\r\n", "a=mid:0\r\n" + line, 1)
+
+
+@pytest.mark.parametrize("offered", [True, False])
+async def test_frames_go_out_with_zero_playout_delay_when_offered(hub, offered):
+    # Zero playout delay tells the browser to show each frame once it is decoded, without
+    # holding it in a jitter buffer.
+    control, closed = Control(nothing), []
+    client = Client()
+    viewer = WebRtcViewer(hub, control, can_control=False, on_closed=closed.append)
+    try:
+        offer = await client.offer()
+        answer = await viewer.answer(with_playout_delay(offer, 9) if offered else offer)
+        assert (f"a=extmap:9 {PLAYOUT_DELAY_URI}" in answer) is offered
+        await client.accept(answer)
+        packets = client.keep_rtp()
+        await client.frames(3)
+        assert packets
+        for packet in packets:
+            extensions = header_extensions(packet)
+            assert extensions.get(9) == (b"\0\0\0" if offered else None)
+            assert len(extensions) >= 2  # aiortc's own (mid, abs-send-time) are still there
+    finally:
+        await client.pc.close()
+        await viewer.close()
 
 
 @pytest.mark.parametrize(

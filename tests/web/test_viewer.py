@@ -8,6 +8,7 @@ import av
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from streaming.webrtc import PLAYOUT_DELAY_URI
 from tests.conftest import wait_until
 from tests.web.test_page import CHROMIUM_ARGS
 
@@ -85,6 +86,9 @@ def test_watch_take_control_click_and_type_over_webrtc(page, service, api, deskt
     expect(page.locator("#transport")).to_have_text("WebRTC", timeout=20_000)
     size = page.eval_on_selector("#screen", "v => [v.videoWidth, v.videoHeight]")
     assert size == [WIDTH, HEIGHT]
+    # Chromium offered the playout-delay extension and the answer took it (zero delay: no
+    # jitter buffer holding frames back).
+    assert PLAYOUT_DELAY_URI in page.evaluate("view.pc.remoteDescription.sdp")
 
     # The picture follows the desktop: an editor opens, frames are decoded.
     before = decoded_frames(page)
@@ -125,6 +129,21 @@ def test_watch_take_control_click_and_type_over_webrtc(page, service, api, deskt
     page.click("#release")
     expect(page.locator("#control-state")).to_have_text("View only")
     expect(page.locator("#take")).to_be_visible()
+
+
+def test_a_closed_tab_hangs_up_at_once(page, service, api, desktop):
+    def viewers() -> set[str]:
+        live = api.get(f"/api/desktops/{desktop['id']}/live").json()
+        return {viewer["id"] for viewer in live["viewers"]}
+
+    before = viewers()
+    page.goto(viewer_url(service, desktop))
+    expect(page.locator("#transport")).to_have_text("WebRTC", timeout=20_000)
+    mine = page.evaluate("view.viewerId")
+    assert mine in viewers()
+    page.close()  # as a tab is closed; no pc.close() by hand: the page's pagehide does it
+    wait_until(lambda: mine not in viewers(), timeout_s=5, what="the viewer to hang up")
+    assert viewers() <= before
 
 
 def test_one_controller_at_a_time(browser, service, desktop):
