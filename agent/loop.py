@@ -160,6 +160,9 @@ class Agent:
         self._resumed.set()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._pauses = 0
+        """Pauses so far: a decision made before the latest one is stale."""
+        self._paused_since = 0.0
 
     @property
     def paused(self) -> bool:
@@ -167,11 +170,18 @@ class Agent:
 
     async def pause(self) -> None:
         """Stop acting on the desktop; returns once an action under way has ended."""
-        self._resumed.clear()
+        if not self.paused:
+            self._pauses += 1
+            self._paused_since = time.monotonic()
+            self._resumed.clear()
         await self._idle.wait()
 
     def resume(self) -> None:
-        """Go on from a fresh look at the screen."""
+        """Go on from a fresh look at the screen; the pause does not count as run time."""
+        if not self.paused:
+            return
+        if self._timer is not None and (deadline := self._timer.when()) is not None:
+            self._timer.reschedule(deadline + time.monotonic() - self._paused_since)
         self._resumed.set()
 
     async def run(self, task: str) -> RunRecord:
@@ -237,10 +247,14 @@ class Agent:
     async def _loop(self, task: str, steps: list[StepRecord]) -> tuple[RunStatus, str | None]:
         in_a_row = 0
         index = 1
+        pauses = 0
         while index <= self.limits.max_steps:
-            await self._wait_while_paused()
+            await self._resumed.wait()
+            if self._pauses != pauses:  # a person had the desktop since the last look
+                pauses = self._pauses
+                self._note_handed_back()
             try:
-                step = await self._step(task, index)
+                step = await self._step(task, index, pauses)
             except _Paused:
                 continue
             index += 1
@@ -260,20 +274,15 @@ class Agent:
             f"reached the limit of {self.limits.max_steps} steps before the task was done",
         )
 
-    async def _wait_while_paused(self) -> None:
-        if not self.paused:
-            return
-        since = time.monotonic()
-        await self._resumed.wait()
-        if self._timer is not None and (deadline := self._timer.when()) is not None:
-            self._timer.reschedule(deadline + time.monotonic() - since)
+    def _note_handed_back(self) -> None:
         if self._history:
             last = self._history[-1]
             self._history[-1] = replace(last, result=last.result + _HANDED_BACK)
 
     # --- one step -------------------------------------------------------------------------
 
-    async def _step(self, task: str, index: int) -> StepRecord:
+    async def _step(self, task: str, index: int, pauses: int) -> StepRecord:
+        """Step `index`, dropped (`_Paused`) if the agent is paused again before it acts."""
         draft = _Draft(index, datetime.now(UTC), time.perf_counter())
         try:
             await self._observe(draft)
@@ -282,7 +291,7 @@ class Agent:
             final = isinstance(draft.decision.action, p.Done | p.Fail)
             if not final:
                 await self._ground(draft)
-            if self.paused:
+            if self._pauses != pauses:
                 raise _Paused
             if not final:
                 await self._act(draft)

@@ -239,6 +239,10 @@ class FakeModelServer:
             self._responder = None
         self._release_waiters()
 
+    def release(self) -> None:
+        """Answer every request waiting out a delay now (the script stays)."""
+        self._release_waiters()
+
     def _release_waiters(self) -> None:
         old, self._release = self._release, asyncio.Event()
         if self._loop is not None and not self._loop.is_closed():

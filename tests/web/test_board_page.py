@@ -91,7 +91,7 @@ def test_a_task_added_in_the_form_goes_queued_running_done(page, board, fake_mod
 def test_take_over_pause_control_resume(page, board, fake_model):
     fake_model.script([
         say("Look around first.", type="wait", seconds=1),
-        Turn.answer(say("Made before the pause.", type="type", text="stale"), delay_s=2.0),
+        Turn.hang(60, say("Made before the pause.", type="type", text="stale")),
         say("The person is done; so am I.", type="done", summary="finished after a takeover"),
     ])  # fmt: skip
     page.fill("#text", "A task a person takes over")
@@ -122,6 +122,7 @@ def test_take_over_pause_control_resume(page, board, fake_model):
     page.click("#shrink")
 
     running.get_by_role("button", name="Resume").click()
+    fake_model.release()  # the answer to what was asked before the pause comes only now
     done = column(page, "done").locator(".card", has_text="takes over")
     expect(done).to_be_visible(timeout=60_000)
     expect(done.locator(".result")).to_have_text("finished after a takeover")
