@@ -306,6 +306,8 @@ class Agent:
         started = time.perf_counter()
         encoded = await self.desktop.screenshot("jpeg", quality=_OBSERVE_QUALITY)
         draft.image = await asyncio.to_thread(_decode, encoded)
+        if self.grounder is not None:
+            self.grounder.prepare(draft.image, draft.image.size)
         if self.a11y_text:
             draft.a11y = a11y_text(await self.desktop.accessibility_tree())
         draft.timings["observe_ms"] = _ms(started)

@@ -4,9 +4,12 @@ One real service (`cubicle serve` in a subprocess), one real 1280×800 desktop w
 mousepad open, and the real agent loop (`agent.loop.Agent`, recording every step to disk)
 with a scripted planner on the OpenAI-compatible fake model server (`tests/agent/
 fake_model.py`), which answers at once, so what is measured is the agent: observe
-(screenshot + decode) + ground (a11y tree fetched and matched) + act (input events) + settle
-(the guest's `wait_for_settle`, 150 ms of quiet) per step, plus the planner's image
-preparation and the model round trip to the fake server, reported apart.
+(screenshot + decode) + ground (matching in the a11y tree, whose read starts as soon as the
+screenshot is in and runs while the planner thinks: `Grounder.prepare`; what is left of the
+read when the answer comes counts here) + act (input events) + settle (the guest's
+`wait_for_settle`, 150 ms of quiet) per step, plus the planner's image preparation and the
+model round trip to the fake server, reported apart. `overhead_outside_model` is the whole
+step less the time spent waiting for the model, so no overlap hides anything there.
 
 The steps alternate: click "the File menu" / "the Edit menu" / "the Help menu" (each
 grounded in the accessibility tree), then `key Escape` (no grounding).

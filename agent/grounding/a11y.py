@@ -21,6 +21,7 @@ clipped to the screen. Ties go to the smaller element, then to tree order. Below
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import re
 import time
@@ -410,8 +411,10 @@ class A11yGrounder(Grounder):
     """Grounds descriptions in the desktop's accessibility tree, read through the SDK.
 
     Each `ground` call reads a fresh tree (the screenshot is not looked at: the tree is in
-    screen pixels already). Finds only what applications expose over AT-SPI: GTK3 apps
-    out of the box; nothing drawn inside a canvas, a terminal or a web page's images.
+    screen pixels already), unless `prepare` was told of that screenshot: then the tree read
+    when it was taken is used, read while the planner was thinking. Finds only what
+    applications expose over AT-SPI: GTK3 apps out of the box; nothing drawn inside a
+    canvas, a terminal or a web page's images.
     """
 
     source = "a11y"
@@ -421,6 +424,22 @@ class A11yGrounder(Grounder):
         self.desktop = desktop
         self.app = app
         """Only look in this application's windows (e.g. "mousepad"); None: every one."""
+        self._prepared: tuple[Image.Image, asyncio.Task[A11yTree]] | None = None
+
+    def prepare(self, screenshot: Image.Image, screen_size: tuple[int, int]) -> None:
+        """Read the tree of the screen just seen in the background (see `Grounder.prepare`)."""
+        self._forget()
+        tree = asyncio.create_task(self.desktop.accessibility_tree(self.app))
+        tree.add_done_callback(_retrieve)  # an unused read's failure is not an error
+        self._prepared = (screenshot, tree)
+
+    async def aclose(self) -> None:
+        self._forget()
+
+    def _forget(self) -> None:
+        if self._prepared is not None:
+            self._prepared[1].cancel()
+            self._prepared = None
 
     async def ground(
         self,
@@ -430,7 +449,10 @@ class A11yGrounder(Grounder):
     ) -> GroundingResult | None:
         """See `Grounder.ground`; None when no element scores `MIN_SCORE`."""
         started = time.monotonic()
-        tree = await self.desktop.accessibility_tree(self.app)
+        if self._prepared is not None and self._prepared[0] is screenshot:
+            tree = await asyncio.shield(self._prepared[1])
+        else:
+            tree = await self.desktop.accessibility_tree(self.app)
         found = match(description, tree, screen_size)
         if found is None:
             return None
@@ -439,3 +461,8 @@ class A11yGrounder(Grounder):
         return GroundingResult(
             x, y, found.box, raw=found.describe(), source=self.source, elapsed_ms=elapsed_ms
         )
+
+
+def _retrieve(task: asyncio.Task[A11yTree]) -> None:
+    if not task.cancelled():
+        task.exception()

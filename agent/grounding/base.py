@@ -49,5 +49,10 @@ class Grounder(ABC):
         `ModelError` when a model behind it failed.
         """
 
+    def prepare(self, screenshot: Image.Image, screen_size: tuple[int, int]) -> None:  # noqa: B027
+        """A new screen was seen (`screenshot`, full size): start reading in the background
+        what `ground` will need for it, while the planner thinks. A no-op unless a grounder
+        has cheap work to get ahead on; `ground` on this same image object uses it."""
+
     async def aclose(self) -> None:  # noqa: B027 - a no-op default, overridden when needed
         """Release what the grounder holds (HTTP connections…); idempotent."""

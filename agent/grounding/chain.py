@@ -77,6 +77,11 @@ class GrounderChain(Grounder):
             log.debug("grounder %s did not find %r", name, description)
         return None
 
+    def prepare(self, screenshot: Image.Image, screen_size: tuple[int, int]) -> None:
+        """See `Grounder.prepare`: every grounder of the chain gets ahead."""
+        for grounder in self.grounders:
+            grounder.prepare(screenshot, screen_size)
+
     async def aclose(self) -> None:
         """Close every grounder of the chain; idempotent."""
         for grounder in self.grounders:

@@ -137,3 +137,11 @@ def x_session() -> Iterator[XSession]:
         xvfb.kill()
         xvfb.wait()
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def display(x_session: XSession) -> Iterator[Display]:
+    """A python-xlib connection to the session, shared by one module's tests."""
+    connection = Display(x_session.display)
+    yield connection
+    connection.close()

@@ -21,13 +21,6 @@ FRAME_ALLOWANCE = 40
 
 
 @pytest.fixture(scope="module")
-def display(x_session: XSession) -> Iterator[Display]:
-    connection = Display(x_session.display)
-    yield connection
-    connection.close()
-
-
-@pytest.fixture(scope="module")
 def fitter(x_session: XSession) -> Iterator[WindowFitter]:
     watching = WindowFitter(x_session.display)
     watching.start()

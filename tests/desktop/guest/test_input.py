@@ -203,13 +203,6 @@ class Probe:
 
 
 @pytest.fixture(scope="module")
-def display(x_session: XSession) -> Iterator[Display]:
-    connection = Display(x_session.display)
-    yield connection
-    connection.close()
-
-
-@pytest.fixture(scope="module")
 def controller(display: Display) -> Iterator[InputController]:
     controller = InputController(display)
     yield controller

@@ -43,13 +43,6 @@ Gtk.main()
 Probe = Callable[..., tuple[subprocess.Popen, WindowInfo]]
 
 
-@pytest.fixture(scope="module")
-def display(x_session: XSession) -> Iterator[Display]:
-    connection = Display(x_session.display)
-    yield connection
-    connection.close()
-
-
 @pytest.fixture
 def probe(x_session: XSession, display: Display) -> Iterator[Probe]:
     """Start GTK probe windows and wait until the window manager lists them."""
