@@ -274,8 +274,11 @@ for (const section of document.querySelectorAll(".column")) {
 
 function listen() {
   const events = new EventSource(withToken("/api/tasks/events"));
-  // Whatever changed before this (re)connection was not heard: load the columns afresh.
-  events.addEventListener("hello", () => { loadAll().catch((e) => say(e.message)); say(""); });
+  // Whatever changed before this (re)connection was not heard: load everything afresh.
+  events.addEventListener("hello", () => {
+    say("");
+    Promise.all([loadAll(), loadSettings(), loadProfiles()]).catch((e) => say(e.message));
+  });
   events.addEventListener("task", (e) => { upsert(JSON.parse(e.data).task); refreshCounts(); });
   events.addEventListener("moved", (e) => { const { task } = JSON.parse(e.data); if (cards.has(task.id)) upsert(task); });
   events.addEventListener("step", (e) => addStep(JSON.parse(e.data).step));
@@ -363,4 +366,3 @@ $("#profile-form").onsubmit = async (event) => {
 };
 
 listen();
-Promise.all([loadSettings(), loadProfiles()]).catch((error) => say(error.message));

@@ -66,6 +66,8 @@ def test_a_task_added_in_the_form_goes_queued_running_done(page, board, fake_mod
     expect(queued.locator(".badge")).to_have_text("queued")
 
     page.click("#settings summary")
+    # The form shows the settings as they are now, the change made through the API included.
+    expect(page.locator('#settings-form [name="keep_desktop_s"]')).to_have_value("120")
     page.fill('#settings-form [name="concurrency"]', "1")
     page.click('#settings-form button[type="submit"]')
     expect(page.locator("#settings-status")).to_have_text("Settings saved.")
