@@ -134,7 +134,15 @@ function place(node, task) {
   }
 }
 
+// Events, answers and column loads may arrive out of order: a copy of a task older than
+// the one shown is ignored (every change to a task counts its version up).
+function isStale(task) {
+  const entry = cards.get(task.id);
+  return entry !== undefined && entry.task.version > task.version;
+}
+
 function upsert(task) {
+  if (isStale(task)) return;
   const known = cards.has(task.id);
   const column = columnOf(task.status);
   const list = listOf(column);
@@ -233,9 +241,16 @@ async function loadColumn(column, more = false) {
   const offset = more ? loaded[column] : 0;
   const page = await api("GET", `/api/tasks?status=${COLUMNS[column].join(",")}&offset=${offset}&limit=${PAGE}`);
   if (!more) {
-    for (const node of [...listOf(column).children]) { cards.delete(+node.dataset.id); node.remove(); }
+    for (const node of [...listOf(column).children]) node.remove();
   }
-  for (const task of page.items) listOf(column).append(render(task));
+  for (const task of page.items) {
+    if (isStale(task)) {
+      const { node, task: newer } = cards.get(task.id);
+      place(node, newer);
+    } else {
+      listOf(column).append(render(task));
+    }
+  }
   loaded[column] = offset + page.items.length;
   $(".count", section).textContent = page.total;
   $(".more", section).hidden = loaded[column] >= page.total;

@@ -59,6 +59,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE profiles (name TEXT PRIMARY KEY, profile TEXT NOT NULL);
     CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     """,
+    # Pages apply only news: every change to a task counts up its version.
+    "ALTER TABLE tasks ADD COLUMN version INTEGER NOT NULL DEFAULT 0",
 )
 """Schema changes in order; migration N brings `user_version` from N to N + 1."""
 
@@ -182,13 +184,16 @@ class TaskDB:
         if fields:
             names = ", ".join(f"{name} = ?" for name in fields)
             values = [_column(value) for value in fields.values()]
-            self._db.execute(f"UPDATE tasks SET {names} WHERE id = ?", [*values, task_id])
+            self._db.execute(
+                f"UPDATE tasks SET {names}, version = version + 1 WHERE id = ?", [*values, task_id]
+            )
         return self.get(task_id)
 
     def claim(self, task_id: int, run_id: str) -> Task | None:
         """Mark a queued task running under `run_id`; None when it is no longer queued."""
         cursor = self._db.execute(
             "UPDATE tasks SET status = 'running', run_id = ?, started_at = ?, finished_at = NULL,"
+            " version = version + 1,"
             " result = NULL, steps = 0, desktop_id = NULL, recording_id = NULL,"
             " attempts = attempts + 1 WHERE id = ? AND status = 'queued'",
             (run_id, _now(), task_id),
@@ -224,7 +229,10 @@ class TaskDB:
             if position is None:  # neighbours closer than float precision
                 self._renumber()
                 position = self._position(task_id, where)
-            self._db.execute("UPDATE tasks SET position = ? WHERE id = ?", (position, task_id))
+            self._db.execute(
+                "UPDATE tasks SET position = ?, version = version + 1 WHERE id = ?",
+                (position, task_id),
+            )
         return self.get(task_id)
 
     def _position(self, task_id: int, where: TaskMove) -> float | None:
@@ -256,7 +264,7 @@ class TaskDB:
             "SELECT id FROM tasks WHERE status = 'queued' ORDER BY position, id"
         ).fetchall()
         self._db.executemany(
-            "UPDATE tasks SET position = ? WHERE id = ?",
+            "UPDATE tasks SET position = ?, version = version + 1 WHERE id = ?",
             [(float(n), row[0]) for n, row in enumerate(rows, start=1)],
         )
 
@@ -267,7 +275,8 @@ class TaskDB:
             f"SELECT id FROM tasks WHERE status IN ({placeholders})", ACTIVE
         ).fetchall()
         self._db.execute(
-            f"UPDATE tasks SET status = 'interrupted', finished_at = ?, result = COALESCE(result,"
+            f"UPDATE tasks SET status = 'interrupted', finished_at = ?, version = version + 1,"
+            f" result = COALESCE(result,"
             f" 'the service stopped while this task ran: retry it') WHERE status IN"
             f" ({placeholders})",
             (_now(), *ACTIVE),
@@ -283,7 +292,8 @@ class TaskDB:
                 (step.task_id, step.run_id, step.index, step.model_dump_json()),
             )
             self._db.execute(
-                "UPDATE tasks SET steps = MAX(steps, ?) WHERE id = ? AND run_id = ?",
+                "UPDATE tasks SET steps = MAX(steps, ?), version = version + 1"
+                " WHERE id = ? AND run_id = ?",
                 (step.index, step.task_id, step.run_id),
             )
 

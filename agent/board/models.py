@@ -114,6 +114,8 @@ class Task(BaseModel):
     created_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    version: int = 0
+    """Counts every change: of two copies of a task, the higher version is the newer."""
 
 
 class TaskPage(BaseModel):

@@ -55,4 +55,5 @@ def test_tasks_a_dead_service_held_become_interrupted(tmp_path):
     assert db.interrupt_active() == [running.id]
     after = db.get(running.id)
     assert after is not None and after.status == "interrupted" and "retry" in after.result
+    assert after.version == running.version + 2  # claimed, then interrupted: two changes
     assert queue(db) == ["waiting"]
