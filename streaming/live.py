@@ -13,7 +13,7 @@ import logging
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from desktop import actions as a
 from desktop.errors import Conflict, DesktopNotFound, NotFound, RecordingNotFound
@@ -24,12 +24,15 @@ from streaming.guest_source import GuestFrames
 from streaming.hub import FrameHub, HubStats
 from streaming.mjpeg import JpegFeed
 from streaming.recording import ActionLog, ActionSource, Recorder, RecordingInfo, read_log
+from streaming.source import VideoStats
 from streaming.webrtc import WebRtcViewer
 
 log = logging.getLogger("cubicle.streaming")
 
 SWEEP_S = 0.5
 """How often desktops that ended are looked for, seconds."""
+_VIDEO_STATS = TypeAdapter(VideoStats)
+"""Reads the guest's `GET /frames/stats` (the guest's own `VideoStats`, as JSON)."""
 
 
 class ViewerInfo(BaseModel):
@@ -37,30 +40,6 @@ class ViewerInfo(BaseModel):
     transport: Transport
     can_control: bool
     controlling: bool
-
-
-class EncoderStats(BaseModel):
-    """The desktop's one encoder, as its guest reports it (`GET /frames/stats`)."""
-
-    model_config = ConfigDict(extra="ignore")
-    subscribers: int
-    """Readers of the guest's `/frames`: 1 while anyone watches or records, else 0."""
-    encoder_running: bool
-    encoders_started: int
-    fps: int
-    """Capture rate cap in force: what the host asked for; 0 when idle."""
-    frames_captured: int
-    """Screen grabs, each after X reported damage."""
-    frames_skipped: int
-    """Grabs that found the same pixels as before, not encoded."""
-    frames_encoded: int
-    keyframes: int
-    frames_dropped: int
-    """Frames the guest did not send because its reader was behind."""
-    encode_seconds: float
-    """Wall-clock seconds spent converting and encoding, summed."""
-    cpu_seconds: float
-    """CPU seconds of the capture/encode threads (x264's slice threads not included)."""
 
 
 class LiveState(BaseModel):
@@ -72,7 +51,7 @@ class LiveState(BaseModel):
     """Id of the viewer in control, or None."""
     stream: HubStats
     """The one H.264 stream every WebRTC viewer and recording shares, on the host."""
-    encoder: EncoderStats | None
+    encoder: VideoStats | None
     """The same stream at its source, in the guest; None if the guest does not say."""
     mjpeg_watchers: int
     recording: RecordingInfo | None
@@ -164,7 +143,7 @@ class LiveDesktop:
         controller = self.control.controller
         try:
             response = await self._guest().request("GET", "/frames/stats")
-            encoder = EncoderStats.model_validate_json(response.content)
+            encoder = _VIDEO_STATS.validate_json(response.content)
         except (NotFound, ValidationError):
             encoder = None
         return LiveState(
