@@ -19,17 +19,13 @@ from playwright.sync_api import Error as PlaywrightError
 from bench._marker import SAMPLER_JS, MarkerReading, sampler_config
 from bench._novnc import VncStack
 from bench._service import Service
+from tests.conftest import CHROMIUM_ARGS as TEST_CHROMIUM_ARGS
 
 Kind = Literal["ours", "novnc"]
 KINDS: tuple[Kind, ...] = ("ours", "novnc")
 
 CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
+    *TEST_CHROMIUM_ARGS,
     "--use-fake-ui-for-media-stream",
     "--disable-background-timer-throttling",
     "--disable-renderer-backgrounding",

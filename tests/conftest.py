@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from playwright.sync_api import Browser, sync_playwright
 
 from tests.agent.fake_model import FakeModelServer
 
@@ -134,6 +135,30 @@ def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.05, wha
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s} s waiting for {what or predicate}")
         time.sleep(interval_s)
+
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+"""Debian's chromium, headless, as root and offline."""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium, headless, for one module's page tests."""
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            headless=True,
+            args=[*CHROMIUM_ARGS, "--use-fake-ui-for-media-stream"],
+        )
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="session")

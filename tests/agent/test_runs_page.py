@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from tests.agent.fake_model import FakeModelServer
 from tests.agent.test_cli_run import cubicle_run, say
 from tests.conftest import Service
-from tests.web.test_page import CHROMIUM_ARGS
 
 
 @pytest.fixture
-def page():
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
-        )
-        yield browser.new_page()
-        browser.close()
+def page(browser):
+    page = browser.new_page()
+    yield page
+    page.close()
 
 
 def test_a_recorded_run_replays_step_by_step(service: Service, fake_model: FakeModelServer, page):

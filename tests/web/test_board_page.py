@@ -4,25 +4,14 @@ task, and a queue of 10,000 that stays usable. The model is scripted (`fake_mode
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from tests.agent.board_api import FINISHED, say, set_board, wait_status
 from tests.agent.fake_model import Turn
 from tests.conftest import wait_until
-from tests.web.test_page import CHROMIUM_ARGS
 from tests.web.test_viewer import on_page
 
 NOTE = "written from the task board"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
-        )
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
-
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from playwright.sync_api import expect
 
 
 @pytest.fixture(scope="module")
-def page():
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
-        )
-        yield browser.new_page()
-        browser.close()
+def page(browser):
+    page = browser.new_page()
+    yield page
+    page.close()
 
 
 def test_start_watch_and_kill_a_desktop_from_the_page(page, service, api):

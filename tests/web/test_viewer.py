@@ -6,25 +6,12 @@ import io
 
 import av
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from streaming.webrtc import PLAYOUT_DELAY_URI
 from tests.conftest import wait_until
-from tests.web.test_page import CHROMIUM_ARGS
 
 WIDTH, HEIGHT = 1280, 800
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path="/usr/bin/chromium",
-            headless=True,
-            args=[*CHROMIUM_ARGS, "--use-fake-ui-for-media-stream"],
-        )
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
