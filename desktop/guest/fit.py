@@ -20,6 +20,8 @@ from Xlib.display import Display
 from Xlib.error import BadDrawable, BadWindow
 from Xlib.protocol import event
 
+from desktop.guest.windows import cardinals
+
 log = logging.getLogger("cubicle.guest.fit")
 
 _STATIC_GRAVITY = 10
@@ -36,7 +38,8 @@ def fit(display: Display, window_id: int) -> tuple[int, int, int, int] | None:
     window = display.create_resource_object("window", window_id)
     try:
         geometry = window.get_geometry()
-        left, right, top, bottom = _cardinals(display, window, "_NET_FRAME_EXTENTS") or (0,) * 4
+        extents = cardinals(display, window, "_NET_FRAME_EXTENTS", Xatom.CARDINAL)
+        left, right, top, bottom = extents or (0, 0, 0, 0)
         area_x, area_y, area_w, area_h = _work_area(display)
         hints = window.get_wm_normal_hints()
     except (BadWindow, BadDrawable):
@@ -60,16 +63,11 @@ def fit(display: Display, window_id: int) -> tuple[int, int, int, int] | None:
 
 
 def _work_area(display: Display) -> tuple[int, int, int, int]:
-    area = _cardinals(display, display.screen().root, "_NET_WORKAREA")
+    area = cardinals(display, display.screen().root, "_NET_WORKAREA", Xatom.CARDINAL)
     if len(area) >= 4:
         return area[0], area[1], area[2], area[3]
     screen = display.screen()
     return 0, 0, screen.width_in_pixels, screen.height_in_pixels
-
-
-def _cardinals(display: Display, window, name: str) -> list[int]:
-    prop = window.get_full_property(display.intern_atom(name), Xatom.CARDINAL)
-    return [int(v) for v in prop.value] if prop is not None and prop.format == 32 else []
 
 
 class WindowFitter:
@@ -99,7 +97,7 @@ class WindowFitter:
 
     def _run(self, display: Display) -> None:
         clients = display.intern_atom("_NET_CLIENT_LIST")
-        seen = set(self._clients(display, clients))
+        seen = set(_clients(display))
         try:
             while not self._stopping:
                 if not display.pending_events():
@@ -108,7 +106,7 @@ class WindowFitter:
                 ev = display.next_event()
                 if ev.type != X.PropertyNotify or ev.atom != clients:
                     continue
-                now = self._clients(display, clients)
+                now = _clients(display)
                 for window_id in now:
                     if window_id not in seen and (asked := fit(display, window_id)):
                         log.info("window %#x did not fit the screen: now %s", window_id, asked)
@@ -119,7 +117,6 @@ class WindowFitter:
         finally:
             display.close()
 
-    @staticmethod
-    def _clients(display: Display, atom: int) -> list[int]:
-        prop = display.screen().root.get_full_property(atom, Xatom.WINDOW)
-        return [int(w) for w in prop.value] if prop is not None else []
+
+def _clients(display: Display) -> list[int]:
+    return cardinals(display, display.screen().root, "_NET_CLIENT_LIST", Xatom.WINDOW)

@@ -60,7 +60,7 @@ def active_window(display: Display) -> int | None:
     """The id of the focused window as the window manager reports it; None when none is."""
     _require_window_manager(display)
     root = display.screen().root
-    value = _cardinals(display, root, "_NET_ACTIVE_WINDOW", Xatom.WINDOW)
+    value = cardinals(display, root, "_NET_ACTIVE_WINDOW", Xatom.WINDOW)
     if not value or value[0] == X.NONE:
         return None
     return int(value[0])
@@ -137,7 +137,7 @@ def wait_for_window(
 def _describe(display: Display, root: Window, window: Window, *, focused: bool) -> WindowInfo:
     geometry = window.get_geometry()
     origin = root.translate_coords(window, 0, 0)
-    pid = _cardinals(display, window, "_NET_WM_PID", Xatom.CARDINAL)
+    pid = cardinals(display, window, "_NET_WM_PID", Xatom.CARDINAL)
     return WindowInfo(
         id=window.id,
         title=_title(display, window),
@@ -180,12 +180,12 @@ def _is_minimized(display: Display, window: Window) -> bool:
 def _client_ids(display: Display) -> list[int]:
     _require_window_manager(display)
     root = display.screen().root
-    return [int(w) for w in _cardinals(display, root, "_NET_CLIENT_LIST", Xatom.WINDOW)]
+    return [int(w) for w in cardinals(display, root, "_NET_CLIENT_LIST", Xatom.WINDOW)]
 
 
 def _require_window_manager(display: Display) -> None:
     root = display.screen().root
-    if not _cardinals(display, root, "_NET_SUPPORTING_WM_CHECK", Xatom.WINDOW):
+    if not cardinals(display, root, "_NET_SUPPORTING_WM_CHECK", Xatom.WINDOW):
         raise DesktopUnavailable(
             "No EWMH window manager runs on this desktop yet; wait until GET /health reports "
             "window_manager, then try again."
@@ -193,10 +193,10 @@ def _require_window_manager(display: Display) -> None:
 
 
 def _atoms(display: Display, window: Window, name: str) -> list[int]:
-    return _cardinals(display, window, name, Xatom.ATOM)
+    return cardinals(display, window, name, Xatom.ATOM)
 
 
-def _cardinals(display: Display, window: Window, name: str, type_: int) -> list[int]:
+def cardinals(display: Display, window: Window, name: str, type_: int) -> list[int]:
     """A 32-bit list property of `type_`; empty when the window does not set it."""
     prop = window.get_full_property(display.intern_atom(name), type_)
     if prop is None or prop.format != 32:
