@@ -237,7 +237,6 @@ $("#shrink").onclick = () => { $("#enlarged").hidden = true; $("#enlarged iframe
 // --- columns -------------------------------------------------------------------------------
 
 async function loadColumn(column, more = false) {
-  const section = $(`[data-column="${column}"]`);
   const offset = more ? loaded[column] : 0;
   const page = await api("GET", `/api/tasks?status=${COLUMNS[column].join(",")}&offset=${offset}&limit=${PAGE}`);
   if (!more) {
@@ -252,9 +251,15 @@ async function loadColumn(column, more = false) {
     }
   }
   loaded[column] = offset + page.items.length;
-  $(".count", section).textContent = page.total;
-  $(".more", section).hidden = loaded[column] >= page.total;
-  $(".more", section).textContent = `Show more (${page.total - loaded[column]} left)`;
+  showTotal(column, page.total);
+}
+
+// A column's count, and its "Show more" button while some of its tasks are not loaded.
+function showTotal(column, total) {
+  const section = $(`[data-column="${column}"]`);
+  $(".count", section).textContent = total;
+  $(".more", section).hidden = loaded[column] >= total;
+  $(".more", section).textContent = `Show more (${total - loaded[column]} left)`;
 }
 
 async function loadAll() {
@@ -267,12 +272,8 @@ function refreshCounts() {
   countsTimer = setTimeout(async () => {
     const counts = await api("GET", "/api/tasks/counts");
     for (const [column, statuses] of Object.entries(COLUMNS)) {
-      const total = statuses.reduce((sum, s) => sum + (counts[s] || 0), 0);
-      const section = $(`[data-column="${column}"]`);
-      $(".count", section).textContent = total;
       loaded[column] = listOf(column).children.length;
-      $(".more", section).hidden = loaded[column] >= total;
-      $(".more", section).textContent = `Show more (${total - loaded[column]} left)`;
+      showTotal(column, statuses.reduce((sum, s) => sum + (counts[s] || 0), 0));
     }
   }, 150);
 }

@@ -69,7 +69,7 @@ _ORDER = {
     "running": "started_at, id",
     "paused": "started_at, id",
 }
-"""Order of tasks listed by status; finished ones come newest first."""
+"""Order of tasks listed by status; finished ones (and mixed lists) come newest first."""
 _FINISHED_ORDER = "finished_at DESC, id DESC"
 
 
@@ -154,10 +154,8 @@ class TaskDB:
         where, params = "", list(statuses)
         if statuses:
             where = f"WHERE status IN ({', '.join('?' * len(statuses))})"
-        single = _ORDER.get(statuses[0]) if len(set(statuses)) == 1 else None
-        if statuses and all(s in ("running", "paused") for s in statuses):
-            single = _ORDER["running"]
-        order = single or _FINISHED_ORDER
+        orders = {_ORDER.get(status, _FINISHED_ORDER) for status in statuses}
+        order = orders.pop() if len(orders) == 1 else _FINISHED_ORDER
         total = self._db.execute(f"SELECT COUNT(*) FROM tasks {where}", params).fetchone()[0]
         rows = self._db.execute(
             f"SELECT * FROM tasks {where} ORDER BY {order} LIMIT ? OFFSET ?",
