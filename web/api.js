@@ -5,7 +5,9 @@
 const cubicle = (() => {
   const params = new URLSearchParams(location.search);
   const token = params.get("token") || sessionStorage.getItem("cubicle-token") || prompt("Access token");
-  sessionStorage.setItem("cubicle-token", token);
+  // A share link opens one desktop's live view only: it must not become the tab's token.
+  const isShareLink = token.startsWith("share1.");
+  if (!isShareLink) sessionStorage.setItem("cubicle-token", token);
   const auth = { Authorization: `Bearer ${token}` };
 
   async function api(method, path, body) {
@@ -24,5 +26,5 @@ const cubicle = (() => {
   // A path with the token in its query, for links, images, videos and event streams.
   const withToken = (path) => `${path}${path.includes("?") ? "&" : "?"}token=${encodeURIComponent(token)}`;
 
-  return { params, token, api, withToken };
+  return { params, token, isShareLink, api, withToken };
 })();

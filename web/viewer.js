@@ -4,11 +4,7 @@
 "use strict";
 
 const desktopId = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop());
-const params = new URLSearchParams(location.search);
-const token = params.get("token") || sessionStorage.getItem("cubicle-token") || prompt("Access token");
-const isShareLink = token.startsWith("share1.");
-if (!isShareLink) sessionStorage.setItem("cubicle-token", token);
-const auth = { Authorization: `Bearer ${token}` };
+const { params, token, isShareLink, api, withToken } = cubicle;
 const base = `/api/desktops/${encodeURIComponent(desktopId)}`;
 const $ = (id) => document.getElementById(id);
 const video = $("screen");
@@ -33,23 +29,6 @@ $("back").href = isShareLink ? "#" : `/?token=${encodeURIComponent(token)}`;
 if (isShareLink) $("back").hidden = true;
 
 function say(text) { $("status").textContent = text; }
-
-async function api(method, path, body) {
-  const response = await fetch(path, {
-    method,
-    headers: body ? { ...auth, "Content-Type": "application/json" } : auth,
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  if (!response.ok) {
-    const problem = await response.json().catch(() => ({ detail: response.statusText }));
-    const error = new Error(problem.detail);
-    error.status = response.status;
-    throw error;
-  }
-  return response.status === 204 ? null : response.json();
-}
-
-function withToken(path) { return `${path}?token=${encodeURIComponent(token)}`; }
 
 // --- transports --------------------------------------------------------------------------
 
