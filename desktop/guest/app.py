@@ -76,12 +76,8 @@ def create_app(guest: Guest) -> FastAPI:
         dispatch.validate(items, guest.width, guest.height)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        results = [
-            await dispatch.execute(
-                action, guest.on_x, guest.input, guest.screen, guest.system.desktop_cpu_seconds
-            )
-            for action in items
-        ]
+        results = [await dispatch.execute(action, guest) for action in items]
+        guest.input_sent()
         answer = a.ActionsResponse(results=results, elapsed_ms=(loop.time() - started) * 1000)
         return Response(answer.model_dump_json(), media_type="application/json")
 
@@ -96,6 +92,7 @@ def create_app(guest: Guest) -> FastAPI:
         cursor: bool = False,
     ) -> Response:
         check_alive()
+        await guest.input_processed()  # a click just answered is in the picture's past
         fmt = "jpeg" if format == "jpg" else format
         shot = await guest.screen.screenshot(
             fmt, quality=quality, max_width=max_width, max_height=max_height, cursor=cursor

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import signal
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,8 +67,11 @@ class Guest:
         self.drawn = False
         self.failure: str | None = None
         self._x = ThreadPoolExecutor(max_workers=1, thread_name_prefix="x")
+        self._x_lock = threading.Lock()
+        """Held by the thread using `display`: the X thread, or the loop for quick input."""
         self.display: Display = self._x.submit(xdisplay.Display, session.display).result()
         self.input = InputController(self.display)
+        self._input_unconfirmed = False
         self.screen = ScreenCapture(session.display)
         self.clipboard = Clipboard(session.display)
         self.fitter = WindowFitter(session.display)
@@ -77,8 +81,39 @@ class Guest:
         """Live H.264 of the screen; its thread runs only while someone reads `/frames`."""
 
     async def on_x(self, fn, *args):
-        """Run a blocking function on the thread that owns the X connection."""
-        return await asyncio.get_running_loop().run_in_executor(self._x, fn, *args)
+        """Run a blocking function that uses `display` on the X thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._x, self._holding_x, fn, *args)
+
+    async def on_x_quick(self, fn, *args):
+        """Run a call on `display` that never waits for the server (it only sends events)
+        right here on the event loop if no other thread uses the connection, else as `on_x`.
+
+        A click so skips two thread hand-offs, about 0.4 ms of a 1.5 ms click here.
+        """
+        if not self._x_lock.acquire(blocking=False):
+            return await self.on_x(fn, *args)
+        try:
+            return fn(*args)
+        finally:
+            self._x_lock.release()
+
+    def _holding_x(self, fn, *args):
+        with self._x_lock:
+            return fn(*args)
+
+    def input_sent(self) -> None:
+        """Note that input went out unconfirmed: pointer actions answer once it is sent."""
+        self._input_unconfirmed = True
+
+    async def input_processed(self) -> None:
+        """Return once the X server has processed all the input sent so far.
+
+        Later requests on the input's own connection follow it anyway; a screen grab on
+        another connection calls this first. It costs a round trip only after input.
+        """
+        if self._input_unconfirmed:
+            self._input_unconfirmed = False
+            await self.on_x(self.input.sync)
 
     def start(self) -> None:
         self.clipboard.start()

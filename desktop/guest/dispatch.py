@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from desktop import actions as a
 from desktop.errors import OffScreen
-from desktop.guest.input import InputController
 from desktop.guest.keys import parse_combo, resolve_key
-from desktop.guest.screen import ScreenCapture
 
-RunOnX = Callable[..., Awaitable[Any]]
-"""Runs a blocking function on the thread that owns the X connection."""
+if TYPE_CHECKING:
+    from desktop.guest.daemon import Guest
 
 
 def _points(action: a.Action) -> list[tuple[int | None, int | None]]:
@@ -48,49 +45,46 @@ def validate(batch: list[a.Action], width: int, height: int) -> None:
                 resolve_key(name)
 
 
-async def execute(
-    action: a.Action,
-    run_on_x: RunOnX,
-    controller: InputController,
-    screen: ScreenCapture,
-    busy_cpu_s: Callable[[], float] | None = None,
-) -> a.ActionResult:
-    """Carry out one checked action and report how long it took."""
+async def execute(action: a.Action, guest: Guest) -> a.ActionResult:
+    """Carry out one checked action and report how long it took.
+
+    Actions that only send events run through `on_x_quick`; those that wait for the X
+    server (drags, keys, which read and may change the keymap) run on the X thread.
+    """
     started = time.perf_counter()
     settled = None
+    controller, quick, on_x = guest.input, guest.on_x_quick, guest.on_x
     match action:
         case a.Move(x=x, y=y):
-            await run_on_x(controller.move, x, y)
+            await quick(controller.move, x, y)
         case a.Click():
-            await run_on_x(
-                controller.click,
-                action.x,
-                action.y,
-                action.button,
-                action.count,
-                list(action.modifiers),
-            )
+            x, y, modifiers = action.x, action.y, list(action.modifiers)
+            run = on_x if modifiers else quick  # modifiers: a keymap read, two round trips
+            await run(controller.click, x, y, action.button, action.count, modifiers)
         case a.MouseDown() | a.MouseUp():
             if action.x is not None:
-                await run_on_x(controller.move, action.x, action.y)
+                await quick(controller.move, action.x, action.y)
             press = isinstance(action, a.MouseDown)
-            await run_on_x(controller.button_down if press else controller.button_up, action.button)
+            await quick(controller.button_down if press else controller.button_up, action.button)
         case a.Drag():
-            await run_on_x(controller.drag, list(action.path), action.button)
+            await on_x(controller.drag, list(action.path), action.button)
         case a.Scroll():
-            await run_on_x(controller.scroll, action.x, action.y, action.dx, action.dy)
+            await quick(controller.scroll, action.x, action.y, action.dx, action.dy)
         case a.Type():
-            await run_on_x(controller.type_text, action.text)
+            await on_x(controller.type_text, action.text)
         case a.Key():
-            await run_on_x(controller.press, action.keys, action.repeat)
+            await on_x(controller.press, action.keys, action.repeat)
         case a.KeyDown():
-            await run_on_x(controller.key_down, action.key)
+            await on_x(controller.key_down, action.key)
         case a.KeyUp():
-            await run_on_x(controller.key_up, action.key)
+            await on_x(controller.key_up, action.key)
         case a.Wait():
             await asyncio.sleep(action.ms / 1000)
         case a.WaitForSettle():
-            settled = await screen.wait_for_settle(action.quiet_ms, action.timeout_ms, busy_cpu_s)
+            await guest.input_processed()  # the input before it is part of what settles
+            settled = await guest.screen.wait_for_settle(
+                action.quiet_ms, action.timeout_ms, guest.system.desktop_cpu_seconds
+            )
     return a.ActionResult(
         type=action.type, elapsed_ms=(time.perf_counter() - started) * 1000, settled=settled
     )
