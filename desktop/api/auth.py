@@ -96,7 +96,8 @@ def access_of(connection: HTTPConnection) -> Access:
     return Access(None, "control")
 
 
-def _admin(request: Request) -> Access:
+def admin_access(request: Request) -> Access:
+    """The caller's access if it holds the service's token; else `AuthError` or `Forbidden`."""
     access = access_of(request)
     if not access.admin:
         raise Forbidden(
@@ -112,12 +113,12 @@ def _admin(request: Request) -> Access:
 
 async def require_admin(request: Request) -> Access:
     """Admit the admin token only: share links open nothing but their desktop's live view."""
-    return _admin(request)
+    return admin_access(request)
 
 
 async def require_token(request: Request) -> None:
     """The dependency of every route that only the admin token may call."""
-    _admin(request)
+    admin_access(request)
 
 
 def check_access(access: Access, desktop_id: str, mode: AccessMode) -> None:

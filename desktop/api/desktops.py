@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
 from starlette.background import BackgroundTask
 
 from desktop import actions as a
+from desktop.api.auth import admin_access
 from desktop.api.deps import GuestDep, ManagerDep, SettingsDep
-from desktop.api.stream import LiveDep
 from desktop.errors import PayloadTooLarge
 from desktop.models import (
     A11yTree,
@@ -79,21 +81,60 @@ async def set_timeout(desktop_id: str, body: SetTimeout, manager: ManagerDep) ->
     return manager.extend(desktop_id, body.timeout_s)
 
 
-@router.post("/{desktop_id}/actions")
-async def run_actions(
-    desktop_id: str,
-    guest: GuestDep,
-    live: LiveDep,
-    batch: Annotated[a.ActionBatch, Body()],
-    request: Request,
-) -> Response:
+def _standalone(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON schema with its `$defs` written out in place, to stand alone inside OpenAPI.
+
+    (The app's components cannot hold them under their own names: the agent's action
+    models have the same names, so FastAPI renames both.) Discriminator mappings point
+    into `$defs`, so they go; the `type` property still tells the actions apart.
+    """
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(defs[node["$ref"].rsplit("/", 1)[-1]])
+            return {k: inline(v) for k, v in node.items() if k != "mapping"}
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    return inline(schema)
+
+
+actions_router = APIRouter(prefix="/api/desktops", tags=["desktops"])
+"""The click path. Its one route asks FastAPI for nothing but the request: here FastAPI's
+dependency solving costs about 0.08 ms per dependency and its body parsing as much again,
+against 1.5 ms for a whole click. So it checks the token, validates the body (one pydantic
+pass over the bytes) and finds the guest itself; the body's schema is documented by hand."""
+
+
+@actions_router.post(
+    "/{desktop_id}/actions",
+    response_model=a.ActionsResponse,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": _standalone(a.action_batch_adapter.json_schema())}
+            },
+        }
+    },
+)
+async def run_actions(desktop_id: str, request: Request) -> Response:
     """Run one action or a list, in order; nothing runs if any action is invalid."""
-    started = time.monotonic()
-    # The body just passed validation: the guest gets its bytes as they came, not a copy
-    # dumped and serialised again (the guest checks them once more against its screen).
+    admin_access(request)
     body = await request.body()
+    try:
+        batch = a.action_batch_adapter.validate_json(body)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
+    guest = request.app.state.manager.guest(desktop_id)
+    started = time.monotonic()
+    # The guest gets the bytes as they came (it checks them once more against its screen).
     response = await guest.request("POST", "/actions", content=body, headers=_JSON)
-    live.log_actions(desktop_id, batch if isinstance(batch, list) else [batch], started, "api")
+    actions = batch if isinstance(batch, list) else [batch]
+    request.app.state.live.log_actions(desktop_id, actions, started, "api")
     return Response(response.content, media_type="application/json")
 
 

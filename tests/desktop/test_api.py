@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import re
 
 import httpx
 import pytest
@@ -62,6 +64,39 @@ def test_move_and_click_reach_the_pointer(api, desktop):
     api.post(f"{base}/actions", json={"type": "click", "x": 700, "y": 500, "button": "right"})
     assert api.get(f"{base}/cursor").json() == {"x": 700, "y": 500}
     api.post(f"{base}/actions", json={"type": "key", "keys": "Escape"})
+
+
+def test_a_screenshot_right_after_a_move_shows_the_pointer_there(api, desktop):
+    """A move answers once its events are sent; the next screenshot still shows them done."""
+    base = f"/api/desktops/{desktop['id']}"
+
+    def shot(cursor: bool) -> Image.Image:
+        params = {"format": "png", "cursor": str(cursor).lower()}
+        response = api.get(f"{base}/screenshot", params=params)
+        return Image.open(io.BytesIO(response.content)).convert("RGB")
+
+    def around(image: Image.Image, x: int, y: int) -> bytes:
+        return image.crop((x - 32, y - 32, x + 32, y + 32)).tobytes()
+
+    points = [(300, 300), (900, 500)]
+    for turn in range(6):
+        (x, y), (other_x, other_y) = points[turn % 2], points[(turn + 1) % 2]
+        api.post(f"{base}/actions", json={"type": "move", "x": x, "y": y}).raise_for_status()
+        with_cursor, without = shot(cursor=True), shot(cursor=False)
+        assert around(with_cursor, x, y) != around(without, x, y), (turn, x, y)
+        assert around(with_cursor, other_x, other_y) == around(without, other_x, other_y)
+
+
+def test_openapi_documents_the_actions_body_and_every_reference_resolves(service):
+    document = httpx.get(service.url + "/openapi.json").json()
+    body = document["paths"]["/api/desktops/{desktop_id}/actions"]["post"]["requestBody"]
+    schema = json.dumps(body["content"]["application/json"]["schema"])
+    for action in ("click", "move", "key", "type", "wait_for_settle"):
+        assert f'"const": "{action}"' in schema
+    text = json.dumps(document)
+    references = set(re.findall(r'"#/components/schemas/([^"]+)"', text))
+    assert references <= set(document["components"]["schemas"])
+    assert "#/$defs/" not in text
 
 
 def test_files_round_trip_and_listing(api, desktop):
