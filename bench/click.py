@@ -1,15 +1,15 @@
 """`click`: one left click, ours against a subprocess per action (xdotool, pyautogui).
 
 Ours, end to end: `POST /api/desktops/{id}/actions` with one `click` on an empty part of a
-sandboxed desktop, through a keep-alive httpx client: HTTP to the service, its hop to the
-guest daemon, XTest events and a round trip to the X server (so the server has them), on
-a service without a warm pool (`CUBICLE_WARM_POOL=0`: no spare boots behind this). The
-same click through the Python SDK (`Desktop.left_click`, blocking, which runs the async
-client on its loop thread) is timed beside it: what an SDK user sees. To show where the
-time goes, the same click is also sent straight to the guest daemon's Unix socket
-(skipping the service), sent to the service as a hand-written HTTP/1.1 request on a plain
-keep-alive socket (the client's own share: httpx's against next to none), the service's
-bare `GET /healthz` is timed, and the guest's own `elapsed_ms` for each REST click is kept.
+sandboxed desktop, answered once the guest daemon has sent the XTest events to the X server,
+on a service without a warm pool (`CUBICLE_WARM_POOL=0`: no spare boots behind this). The
+client is the standard library's `http.client` on one keep-alive connection, so the figure
+is the API's and not a client library's. Beside it, the same click through httpx (a
+keep-alive `httpx.Client`: what httpx adds) and through the Python SDK (`Desktop.left_click`,
+blocking, which runs the async client on its loop thread: what an SDK user sees). To show
+where the time goes, the same click is also sent straight to the guest daemon's Unix socket
+(skipping the service), the service's bare `GET /healthz` is timed, both with `http.client`,
+and the guest's own `elapsed_ms` for each REST click is kept.
 
 Baselines, on a host-side reference desktop (`bench._host`; the sandbox's X socket is not
 reachable from the host), with no HTTP in front of them (favours the baselines):
@@ -22,15 +22,16 @@ reachable from the host), with no HTTP in front of them (favours the baselines):
   baseline. The command run is in the result.
 
 Apples to apples on that one host display: our `InputController.click` in-process. Clicks
-alternate between two points 40 px apart so no two make a double click. Rounds interleave
-every way; pyautogui, at ~0.5 s per click, runs in every few rounds only.
+alternate between two points 40 px apart so no two make a double click. Each round takes
+one sample of every way, in an order that turns by one from round to round; pyautogui, at
+~0.5 s per click, runs in every few rounds only.
 """
 
 from __future__ import annotations
 
+import http.client
 import importlib.util
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -66,7 +67,9 @@ def pyautogui_command(x: int, y: int) -> str:
 @dataclass(frozen=True)
 class ClickResult:
     ours: Summary
-    """REST end to end on a sandboxed desktop."""
+    """REST end to end on a sandboxed desktop, with `http.client`."""
+    ours_httpx: Summary
+    """The same REST click with httpx."""
     ours_sdk: Summary
     """The same through the SDK: `Desktop.left_click(x, y)`."""
     ours_guest_elapsed: Summary
@@ -75,8 +78,6 @@ class ClickResult:
     """The same click POSTed straight to the guest daemon's socket: the guest's HTTP share."""
     breakdown_service_healthz: Summary
     """`GET /healthz` of the service: its bare HTTP round trip."""
-    breakdown_raw_client: Summary
-    """The REST click as a hand-written request on a plain socket: no httpx on the client."""
     inprocess_xtest: Summary
     """`InputController.click` in-process on the host reference display."""
     baseline_xdotool: Summary
@@ -96,6 +97,31 @@ class ClickResult:
     targets: tuple[Target, ...]
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    """`http.client` over a Unix socket (the guest daemon's)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__("guest")
+        self._socket_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(self._socket_path)
+
+
+def _exchange(
+    connection: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    body: str | None,
+    headers: dict[str, str],
+) -> tuple[int, bytes]:
+    """One request on a keep-alive connection: (status, body)."""
+    connection.request(method, path, body, headers)
+    response = connection.getresponse()
+    return response.status, response.read()
+
+
 class _Clicks:
     """Every way of clicking, each returning seconds; each display alternates its points."""
 
@@ -106,21 +132,18 @@ class _Clicks:
         self._display = Display(host.display)
         self._input = InputController(self._display)
         guest_socket = service.data_dir / "desktops" / desktop_id / "run" / "guest.sock"
-        self._guest = httpx.Client(
-            base_url="http://guest", transport=httpx.HTTPTransport(uds=str(guest_socket))
-        )
+        self._guest = _UnixConnection(str(guest_socket))
         self._sdk = Desktop.connect(desktop_id, base_url=service.url, token=service.token)
         url = httpx.URL(service.url)
-        self._raw = socket.create_connection((url.host, url.port))
-        self._raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._raw_head = (
-            f"POST {self._path} HTTP/1.1\r\nhost: {url.host}\r\n"
-            f"authorization: Bearer {service.token}\r\ncontent-type: application/json\r\n"
-        ).encode()
+        self._http = http.client.HTTPConnection(url.host, url.port)
+        self._headers = {
+            "authorization": f"Bearer {service.token}",
+            "content-type": "application/json",
+        }
         self._sandbox_clicks = self._host_clicks = 0
 
     def close(self) -> None:
-        self._raw.close()
+        self._http.close()
         self._sdk.close()
         self._guest.close()
         self._input.close()
@@ -135,14 +158,24 @@ class _Clicks:
         return POINTS[self._host_clicks % 2]
 
     def rest(self) -> tuple[float, float]:
-        """(wall seconds, the guest's own seconds) of one REST click."""
+        """(wall seconds, the guest's own seconds) of one REST click with `http.client`."""
+        x, y = self._sandbox_point()
+        body = json.dumps({"type": "click", "x": x, "y": y})
+        started = time.perf_counter()
+        status, content = _exchange(self._http, "POST", self._path, body, self._headers)
+        elapsed = time.perf_counter() - started
+        if status != 200:
+            raise RuntimeError(f"click failed: {status} {content[:200]!r}")
+        return elapsed, json.loads(content)["results"][0]["elapsed_ms"] / 1000
+
+    def rest_httpx(self) -> float:
         x, y = self._sandbox_point()
         started = time.perf_counter()
         response = self._service.client.post(self._path, json={"type": "click", "x": x, "y": y})
         elapsed = time.perf_counter() - started
         if response.status_code != 200:
             raise RuntimeError(f"click failed: {response.status_code} {response.text[:200]}")
-        return elapsed, response.json()["results"][0]["elapsed_ms"] / 1000
+        return elapsed
 
     def sdk(self) -> float:
         x, y = self._sandbox_point()
@@ -150,37 +183,24 @@ class _Clicks:
         self._sdk.left_click(x, y)
         return time.perf_counter() - started
 
-    def raw_client(self) -> float:
-        x, y = self._sandbox_point()
-        body = json.dumps({"type": "click", "x": x, "y": y}).encode()
-        request = self._raw_head + b"content-length: %d\r\n\r\n" % len(body) + body
-        started = time.perf_counter()
-        self._raw.sendall(request)
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            answer += self._raw.recv(65536)
-        head, _, content = answer.partition(b"\r\n\r\n")
-        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
-        while len(content) < length:
-            content += self._raw.recv(65536)
-        elapsed = time.perf_counter() - started
-        if not head.startswith(b"HTTP/1.1 200"):
-            raise RuntimeError(f"raw click failed: {head[:100]!r} {content[:200]!r}")
-        return elapsed
-
     def guest_socket(self) -> float:
         x, y = self._sandbox_point()
+        body = json.dumps([{"type": "click", "x": x, "y": y}])
+        headers = {"content-type": "application/json"}
         started = time.perf_counter()
-        response = self._guest.post("/actions", json=[{"type": "click", "x": x, "y": y}])
+        status, content = _exchange(self._guest, "POST", "/actions", body, headers)
         elapsed = time.perf_counter() - started
-        if response.status_code != 200:
-            raise RuntimeError(f"guest click failed: {response.status_code} {response.text}")
+        if status != 200:
+            raise RuntimeError(f"guest click failed: {status} {content[:200]!r}")
         return elapsed
 
     def healthz(self) -> float:
         started = time.perf_counter()
-        self._service.client.get("/healthz").raise_for_status()
-        return time.perf_counter() - started
+        status, _ = _exchange(self._http, "GET", "/healthz", None, {})
+        elapsed = time.perf_counter() - started
+        if status != 200:
+            raise RuntimeError(f"/healthz answered {status}")
+        return elapsed
 
     def inprocess(self) -> float:
         x, y = self._host_point()
@@ -205,38 +225,50 @@ class _Clicks:
 @dataclass
 class _Samples:
     rest: list[float] = field(default_factory=list)
+    rest_httpx: list[float] = field(default_factory=list)
     sdk: list[float] = field(default_factory=list)
     guest: list[float] = field(default_factory=list)
     guest_socket: list[float] = field(default_factory=list)
     healthz: list[float] = field(default_factory=list)
-    raw_client: list[float] = field(default_factory=list)
     inprocess: list[float] = field(default_factory=list)
     xdotool: list[float] = field(default_factory=list)
     pyautogui: list[float] = field(default_factory=list)
 
 
-def _round(clicks: _Clicks, samples: _Samples, with_pyautogui: bool) -> None:
-    rest, guest = clicks.rest()
-    samples.rest.append(rest)
-    samples.guest.append(guest)
-    samples.sdk.append(clicks.sdk())
-    samples.guest_socket.append(clicks.guest_socket())
-    samples.healthz.append(clicks.healthz())
-    samples.raw_client.append(clicks.raw_client())
-    samples.inprocess.append(clicks.inprocess())
-    samples.xdotool.append(clicks.xdotool())
+def _round(clicks: _Clicks, samples: _Samples, index: int, with_pyautogui: bool) -> None:
+    """One sample of each way; the order turns by one each round, so none is always first
+    after the previous round's subprocesses (whose exits leave the machine's caches cold)."""
+
+    def rest() -> None:
+        wall, guest = clicks.rest()
+        samples.rest.append(wall)
+        samples.guest.append(guest)
+
+    ways = [
+        rest,
+        lambda: samples.rest_httpx.append(clicks.rest_httpx()),
+        lambda: samples.sdk.append(clicks.sdk()),
+        lambda: samples.guest_socket.append(clicks.guest_socket()),
+        lambda: samples.healthz.append(clicks.healthz()),
+        lambda: samples.inprocess.append(clicks.inprocess()),
+        lambda: samples.xdotool.append(clicks.xdotool()),
+    ]
+    turn = index % len(ways)
+    for way in ways[turn:] + ways[:turn]:
+        way()
     if with_pyautogui:
         samples.pyautogui.append(clicks.pyautogui())
 
 
 def _measure(clicks: _Clicks, rounds: int, pyautogui_rounds: int) -> _Samples:
-    _round(clicks, _Samples(), with_pyautogui=True)
-    for _ in range(_WARMUP - 1):
-        _round(clicks, _Samples(), with_pyautogui=False)
+    _round(clicks, _Samples(), 0, with_pyautogui=True)
+    for index in range(1, _WARMUP):
+        _round(clicks, _Samples(), index, with_pyautogui=False)
     samples = _Samples()
     every = max(1, rounds // pyautogui_rounds)
     for index in range(rounds):
-        _round(clicks, samples, index % every == 0 and len(samples.pyautogui) < pyautogui_rounds)
+        pyautogui = index % every == 0 and len(samples.pyautogui) < pyautogui_rounds
+        _round(clicks, samples, index, pyautogui)
         if (index + 1) % 25 == 0:
             progress(f"click: {index + 1}/{rounds} rounds")
     return samples
@@ -263,11 +295,11 @@ def run(options: Options) -> ClickResult:
     )
     return ClickResult(
         ours=ours,
+        ours_httpx=summarize(samples.rest_httpx),
         ours_sdk=summarize(samples.sdk),
         ours_guest_elapsed=summarize(samples.guest),
         breakdown_guest_socket=summarize(samples.guest_socket),
         breakdown_service_healthz=summarize(samples.healthz),
-        breakdown_raw_client=summarize(samples.raw_client),
         inprocess_xtest=inprocess,
         baseline_xdotool=xdotool,
         baseline_pyautogui_osworld=pyautogui,
