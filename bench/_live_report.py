@@ -52,6 +52,16 @@ def _median_cores(readings: list[dict[str, float]]) -> dict[str, float]:
     return {name: _median([r[name] for r in readings]) for name in readings[0]}
 
 
+def latency_figures(data: dict[str, list]) -> dict[str, Any]:
+    """Latency alone, for a configuration measured in latency rounds only."""
+    latency = [ms / 1000 for chunk in data["latency"] for ms in chunk]
+    return {
+        "latency": asdict(summarize(latency)),
+        "latency_invalid_reads": sum(data["invalid_reads"]),
+        "rounds": {"latency_p50": [round(v, 3) for v in data["latency_p50"]]},
+    }
+
+
 def transport_figures(kind: Kind, data: dict[str, list]) -> dict[str, Any]:
     latency = [ms / 1000 for chunk in data["latency"] for ms in chunk]
     moving = [ms / 1000 for chunk in data["latency_moving"] for ms in chunk]

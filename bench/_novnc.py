@@ -2,11 +2,20 @@
 
 E2B Desktop, Anthropic's computer-use demo and most of their kin stream a desktop with
 x11vnc and show it with noVNC through websockify. Here x11vnc runs inside our sandboxed
-desktop (started through the exec API, Debian's build, its defaults except: no password
-prompt banner, keep running, several viewers, no client-side cache, no TCP port) and
-listens on a Unix socket in `/run/cubicle`, which the host reaches as
-`<data_dir>/desktops/<id>/run/vnc.sock`. Debian's websockify bridges that socket to a
-WebSocket on 127.0.0.1 and serves Debian's noVNC (1.3) from the same port.
+desktop (started through the exec API, Debian's build) and listens on a Unix socket in
+`/run/cubicle`, which the host reaches as `<data_dir>/desktops/<id>/run/vnc.sock`. Debian's
+websockify bridges that socket to a WebSocket on 127.0.0.1 and serves Debian's noVNC (1.3)
+from the same port.
+
+x11vnc runs with one of two sets of options (`PROFILES`), beside what every run needs here
+(no password prompt banner, no client-side cache, no TCP port, the socket):
+- `reference`: what the reference products pass. E2B Desktop's SDK starts
+  `x11vnc -bg -display … -forever -wait 50 -shared -rfbport … -nopw`, and Anthropic's
+  computer-use demo `x11vnc -display … -forever -shared -wait 50 -timeout 60 -noxrecord
+  -noxfixes -noxdamage -rfbport 5900`. Both poll the screen every 50 ms; E2B's keeps X
+  DAMAGE hints, the kinder of the two to x11vnc, so it is E2B's that runs.
+- `defaults`: x11vnc's own defaults (a poll every 20 ms), quicker than any reference
+  product runs it.
 """
 
 from __future__ import annotations
@@ -32,10 +41,17 @@ SOCKET_NAME = "vnc.sock"
 PR_SET_PDEATHSIG = 1
 
 
-def x11vnc_argv(display: str) -> list[str]:
+PROFILES: dict[str, list[str]] = {
+    "reference": ["-forever", "-wait", "50", "-shared"],
+    "defaults": ["-forever", "-shared"],
+}
+"""x11vnc options by profile: the reference products' (E2B Desktop's), or x11vnc's own."""
+
+
+def x11vnc_argv(display: str, profile: str = "reference") -> list[str]:
     socket_path = f"{_inside.GUEST_RUN}/{SOCKET_NAME}"
     return [
-        "x11vnc", "-display", display, "-forever", "-shared", "-nopw",
+        "x11vnc", "-display", display, *PROFILES[profile], "-nopw",
         "-rfbport", "0", "-unixsock", socket_path, "-ncache", "0",
     ]  # fmt: skip
 
@@ -98,11 +114,13 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float
 
 
 @contextlib.contextmanager
-def vnc_stack(service: Service, desktop_id: str) -> Iterator[VncStack]:
-    """x11vnc + websockify for one desktop; both are stopped however the block ends."""
+def vnc_stack(service: Service, desktop_id: str, profile: str = "reference") -> Iterator[VncStack]:
+    """x11vnc (options: `PROFILES[profile]`) + websockify for one desktop; both are stopped
+    however the block ends."""
     display = _inside.exec_command(service, desktop_id, "echo $DISPLAY").strip()
     host_socket = _inside.run_dir(service, desktop_id) / SOCKET_NAME
-    x11vnc = _inside.start(service, desktop_id, "x11vnc", x11vnc_argv(display))
+    host_socket.unlink(missing_ok=True)  # a previous stack's
+    x11vnc = _inside.start(service, desktop_id, "x11vnc", x11vnc_argv(display, profile))
     websockify: subprocess.Popen[bytes] | None = None
     try:
         _wait_for(host_socket, "x11vnc's socket")

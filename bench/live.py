@@ -4,8 +4,11 @@
 
 One sandboxed desktop (1280×800) is watched two ways, in rounds that alternate which goes
 first: ours (the service's viewer page: WebRTC, H.264 encoded once in the guest) and the
-reference products' (x11vnc inside the desktop, websockify and noVNC 1.3 on the host, see
-`bench._novnc`), each page in headless Chromium (`/usr/bin/chromium`), only one at a time.
+reference products' (x11vnc inside the desktop with the options E2B Desktop passes it,
+websockify and noVNC 1.3 on the host, see `bench._novnc`), each page in headless Chromium
+(`/usr/bin/chromium`), only one at a time. Last, noVNC's latency is measured once more with
+x11vnc on its own defaults (`novnc_x11vnc_defaults`), which poll the screen more often than
+any reference product lets it.
 
 - Latency: a marker program in the desktop (`bench._marker_app`) draws the wall-clock time
   (ms) as black/white squares every 5 ms; the page reads them back off the picture it shows
@@ -49,7 +52,13 @@ from playwright.sync_api import Browser, sync_playwright
 
 from bench import _inside
 from bench._cpu import CpuWindow, cmdline, descendants
-from bench._live_report import encoder_delta, per_frame, targets, transport_figures
+from bench._live_report import (
+    encoder_delta,
+    latency_figures,
+    per_frame,
+    targets,
+    transport_figures,
+)
 from bench._marker import start_marker
 from bench._novnc import VncStack, vnc_stack
 from bench._pages import CHROMIUM_ARGS, KINDS, Kind, ViewerPage, open_page
@@ -79,6 +88,7 @@ DEFINITIONS = {
     "clock_check_ms": "page Date.now() minus host time.time(), per page, from the quickest "
     "of 5 calls (same kernel clock: expect ~0, within half a round trip)",
 }
+_DEFAULTS = "novnc_x11vnc_defaults"
 IDLE_TIMEOUT_S = 40.0
 """Seconds to wait, after a page left, for the streaming to stop."""
 
@@ -151,8 +161,8 @@ def _clock_offset_ms(page: ViewerPage, tries: int = 5) -> float:
     return best[1]
 
 
-def _order(round_number: int) -> Iterable[Kind]:
-    return KINDS if round_number % 2 == 0 else tuple(reversed(KINDS))
+def _order(round_number: int, kinds: tuple[Kind, ...] = KINDS) -> Iterable[Kind]:
+    return kinds if round_number % 2 == 0 else tuple(reversed(kinds))
 
 
 class _Run:
@@ -162,7 +172,8 @@ class _Run:
         self.plan, self.service, self.desktop_id, self.vnc = plan, service, desktop_id, vnc
         self.groups = _cpu_groups(service, desktop_id, vnc)
         self.browser: Browser | None = None
-        self.data: dict[Kind, dict[str, list]] = {k: {} for k in KINDS}
+        self.data: dict[str, dict[str, list]] = {k: {} for k in KINDS}
+        """Samples by kind, and by a label of its own for a second noVNC configuration."""
         self.clock_checks_ms: list[float] = []
 
     def close(self, kind: Kind, page: ViewerPage) -> None:
@@ -180,8 +191,8 @@ class _Run:
             progress(f"live: still streaming {IDLE_TIMEOUT_S:.0f} s after the {kind} page left")
         self.keep(kind, "teardown_s", round(time.monotonic() - started, 2))
 
-    def keep(self, kind: Kind, name: str, value: Any) -> None:
-        self.data[kind].setdefault(name, []).append(value)
+    def keep(self, kind: str, name: str, value: Any) -> None:
+        self.data.setdefault(kind, {}).setdefault(name, []).append(value)
 
     def open(self, kind: Kind, *, marker: bool = True) -> ViewerPage:
         assert self.browser is not None
@@ -225,11 +236,12 @@ class _Run:
                 raise RuntimeError(f"{now} {kind} connections after {timeout_s} s, not {count}")
             time.sleep(0.1)
 
-    def latency_rounds(self) -> None:
+    def latency_rounds(self, kinds: tuple[Kind, ...] = KINDS, label: str = "") -> None:
+        """Latency samples of each kind in turn; kept under `label` instead if given."""
         marker = start_marker(self.service, self.desktop_id, "small")
         for number in range(self.plan.latency_rounds):
-            for kind in _order(number):
-                progress(f"live: latency round {number + 1}, {kind}")
+            for kind in _order(number, kinds):
+                progress(f"live: latency round {number + 1}, {label or kind}")
                 page = self.open(kind)
                 try:
                     time.sleep(self.plan.settle_s)
@@ -239,9 +251,9 @@ class _Run:
                     page.wait_for_samples(count, timeout_s=self.plan.samples_per_round / 4 + 10)
                     end = page.reading()
                     latencies = page.latencies_ms(start, end)
-                    self.keep(kind, "latency", latencies)
-                    self.keep(kind, "latency_p50", statistics.median(latencies))
-                    self.keep(kind, "invalid_reads", end.invalid - start.invalid)
+                    self.keep(label or kind, "latency", latencies)
+                    self.keep(label or kind, "latency_p50", statistics.median(latencies))
+                    self.keep(label or kind, "invalid_reads", end.invalid - start.invalid)
                     if kind == "ours":
                         self.keep(kind, "latency_stages", page.latency_stages_ms(start, end))
                         self.keep(kind, "receiver_still", per_frame(receiver, page.receiver()))
@@ -337,24 +349,30 @@ def run(quick: bool = False) -> dict[str, Any]:
         sync_playwright() as playwright,
     ):
         desktop = service.create_desktop()
-        with vnc_stack(service, desktop.id) as vnc:
-            run = _Run(plan, service, desktop.id, vnc)
-            run.browser = playwright.chromium.launch(
-                executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
-            )
-            try:
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            with vnc_stack(service, desktop.id, "reference") as vnc:
+                run = _Run(plan, service, desktop.id, vnc)
+                run.browser = browser
                 run.latency_rounds()
                 run.static_rounds()
                 run.motion_rounds()
-            finally:
-                run.browser.close()
-            commands = {
-                "x11vnc": " ".join(vnc.x11vnc.argv),
-                "websockify": " ".join(vnc.websockify_argv),
-                "novnc_page": vnc.page_url,
-                "chromium": ["/usr/bin/chromium", "--headless", *CHROMIUM_ARGS],
-            }
+                commands = {
+                    "x11vnc": " ".join(vnc.x11vnc.argv),
+                    "websockify": " ".join(vnc.websockify_argv),
+                    "novnc_page": vnc.page_url,
+                    "chromium": ["/usr/bin/chromium", "--headless", *CHROMIUM_ARGS],
+                }
+            with vnc_stack(service, desktop.id, "defaults") as vnc:
+                run.vnc = vnc
+                run.latency_rounds(kinds=("novnc",), label=_DEFAULTS)
+                commands["x11vnc_defaults"] = " ".join(vnc.x11vnc.argv)
+        finally:
+            browser.close()
     ours, novnc = (transport_figures(kind, run.data[kind]) for kind in KINDS)
+    defaults = latency_figures(run.data[_DEFAULTS])
     return {
         "screen": "1280x800",
         "plan": asdict(plan),
@@ -363,8 +381,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         "clock_check_ms": [round(x, 1) for x in run.clock_checks_ms],
         "ours": ours,
         "novnc": novnc,
+        _DEFAULTS: defaults,
         "novnc_over_ours": {
             "latency_p50": round(novnc["latency"]["p50_ms"] / ours["latency"]["p50_ms"], 2),
+            "latency_p50_x11vnc_defaults": round(
+                defaults["latency"]["p50_ms"] / ours["latency"]["p50_ms"], 2
+            ),
             "page_fps": round(novnc["page_fps"] / ours["page_fps"], 2),
             "kbit_per_s": round(novnc["kbit_per_s"] / ours["kbit_per_s"], 2),
             "cpu_one_viewer": round(
