@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from desktop._http import raise_for_error
+from desktop._http import raise_for_error, raise_for_status
 from desktop._transport import LeanTransport, build_request, send
 from desktop.errors import GuestUnreachable
 
@@ -39,6 +39,17 @@ class GuestClient:
             raise GuestUnreachable(f"the desktop's guest daemon did not answer: {exc}") from exc
         raise_for_error(response)
         return response
+
+    async def post_json(self, path: str, body: bytes) -> bytes:
+        """POST a JSON body and return the answer's body (the hot path of every action)."""
+        try:
+            status, content = await self._transport.post(
+                path, body, "application/json", self._timeout.as_dict()
+            )
+        except httpx.TransportError as exc:
+            raise GuestUnreachable(f"the desktop's guest daemon did not answer: {exc}") from exc
+        raise_for_status(status, content)
+        return content
 
     @contextlib.asynccontextmanager
     async def stream(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:

@@ -103,8 +103,7 @@ class LiveDesktop:
 
     async def _run_viewer_actions(self, actions: list[a.Action]) -> None:
         started = time.monotonic()
-        payload = a.action_batch_adapter.dump_python(actions, mode="json")
-        await self._guest().request("POST", "/actions", json=payload)
+        await self._guest().post_json("/actions", a.action_batch_adapter.dump_json(actions))
         self.log_actions(actions, started, "viewer")
 
     def log_actions(self, actions: list[a.Action], started: float, source: ActionSource) -> None:

@@ -39,7 +39,6 @@ from desktop.models import (
 
 router = APIRouter(prefix="/api/desktops", tags=["desktops"])
 
-_JSON = {"content-type": "application/json"}
 _PASSED_HEADERS = (
     "content-type",
     "x-screen-width",
@@ -132,10 +131,10 @@ async def run_actions(desktop_id: str, request: Request) -> Response:
     guest = request.app.state.manager.guest(desktop_id)
     started = time.monotonic()
     # The guest gets the bytes as they came (it checks them once more against its screen).
-    response = await guest.request("POST", "/actions", content=body, headers=_JSON)
+    answer = await guest.post_json("/actions", body)
     actions = batch if isinstance(batch, list) else [batch]
     request.app.state.live.log_actions(desktop_id, actions, started, "api")
-    return Response(response.content, media_type="application/json")
+    return Response(answer, media_type="application/json")
 
 
 @router.get("/{desktop_id}/screenshot", response_class=Response)

@@ -17,6 +17,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from desktop._transport import LeanTransport, build_request, lean_transport_for, send
+from desktop.errors import CubicleError, GuestUnreachable
+from desktop.guest_client import GuestClient
 
 
 async def _echo(request: Request) -> Response:
@@ -41,7 +43,7 @@ async def _pieces(request: Request) -> StreamingResponse:
 _APP = Starlette(
     routes=[
         Route("/echo", _echo, methods=["GET", "POST", "PUT", "DELETE"]),
-        Route("/slow", _slow),
+        Route("/slow", _slow, methods=["GET", "POST"]),
         Route("/pieces", _pieces),
     ]
 )
@@ -129,6 +131,39 @@ async def test_requests_sent_without_a_client_honour_their_timeout():
                 await send(transport, slow)
         finally:
             await transport.aclose()
+
+
+async def test_post_reads_whole_answers_on_one_connection_and_its_errors_reach_the_caller():
+    async with _server(keep_alive_s=0.1) as path:
+        transport = LeanTransport(uds=path)
+        timeouts = httpx.Timeout(5.0).as_dict()
+        try:
+            for index in range(3):
+                body = b'{"i": %d}' % index
+                assert await transport.post("/echo", body, "application/json", timeouts) == (
+                    200,
+                    body,
+                )
+            assert len(transport._open) == 1
+            await asyncio.sleep(0.5)  # the server closes the idle connection: a new one
+            assert (await transport.post("/echo", b"x", "text/plain", timeouts))[1] == b"x"
+            status, _ = await transport.post("/nowhere", b"", "application/json", timeouts)
+            assert status == 404
+            slow = httpx.Timeout(5.0, read=0.2).as_dict()
+            with pytest.raises(httpx.ReadTimeout):
+                await transport.post("/slow?s=2", b"", "application/json", slow)
+        finally:
+            await transport.aclose()
+
+
+async def test_the_guest_client_raises_the_guests_error_from_a_post():
+    async with _server() as path:
+        guest = GuestClient(path)
+        with pytest.raises(CubicleError, match="HTTP 404"):
+            await guest.post_json("/nowhere", b"{}")
+        assert await guest.post_json("/echo", b'{"a": 1}') == b'{"a": 1}'
+    with pytest.raises(GuestUnreachable):
+        await GuestClient("/nonexistent/s.sock").post_json("/echo", b"{}")
 
 
 def test_the_sdk_uses_it_for_plain_http_only(monkeypatch):
