@@ -68,6 +68,18 @@ class CpuMeter:
             return self._total_ns / 1e9
 
 
+def live_sessions() -> set[int]:
+    """The session ids of every process running now."""
+    sessions = set()
+    for pid in _numeric(os.scandir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                sessions.add(int(stat.read().rsplit(b")", 1)[1].split()[3]))
+        except (OSError, IndexError, ValueError):
+            continue  # exited meanwhile
+    return sessions
+
+
 def _numeric(entries: os.ScandirIterator[os.DirEntry[str]]) -> list[int]:
     with entries:
         return [int(entry.name) for entry in entries if entry.name.isdigit()]

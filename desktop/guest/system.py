@@ -27,7 +27,7 @@ from desktop.errors import (
     PayloadTooLarge,
     SandboxError,
 )
-from desktop.guest.cpu import CpuMeter
+from desktop.guest.cpu import CpuMeter, live_sessions
 from desktop.models import ExecChunk, ExecRequest, ExecResult, FileEntry, Launched
 
 APPS: dict[str, list[str]] = {
@@ -53,6 +53,8 @@ CHROMIUM_FLAGS = (
 
 _OUTPUT_LIMIT = 10 * 1024 * 1024
 """Characters of stdout or stderr kept by a non-streamed exec; the rest is dropped."""
+_PRUNE_SESSIONS_AT = 64
+"""Sessions of exec'd commands kept before those that ended are forgotten."""
 
 
 class System:
@@ -101,6 +103,9 @@ class System:
             ) from exc
         except OSError as exc:
             raise SandboxError(f"could not start {argv[0]!r}: {exc.strerror}") from exc
+        if len(self._exec_sessions) >= _PRUNE_SESSIONS_AT:
+            # Forget sessions with nobody left in them: their ids come back as new pids.
+            self._exec_sessions &= live_sessions()
         self._exec_sessions.add(proc.pid)  # start_new_session: its session id is its pid
         return proc
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from desktop.guest.cpu import CpuMeter
+from desktop.guest.cpu import CpuMeter, live_sessions
 
 _SPIN = """
 import sys, threading, time
@@ -75,3 +75,14 @@ def test_a_thread_that_ends_keeps_what_it_added():
     finally:
         spinner.kill()
         spinner.wait()
+
+
+def test_live_sessions_holds_running_sessions_only():
+    spinner = _spinner(0, 0)
+    try:
+        assert spinner.stdout.readline() == "started\n"
+        assert {os.getsid(0), spinner.pid} <= live_sessions()
+    finally:
+        spinner.stdin.close()
+        spinner.wait()
+    assert spinner.pid not in live_sessions()
