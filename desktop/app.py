@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from desktop.api import desktops, stream
 from desktop.api.auth import load_or_create_token, require_token
 from desktop.api.errors import install as install_error_handlers
+from desktop.api.lane import FastLane
 from desktop.manager import SandboxManager
 from desktop.runtime.local import LocalRuntime
 from desktop.settings import Settings, get_settings
@@ -66,8 +67,13 @@ def create_app(
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    app.include_router(desktops.actions_router)  # checks the token itself, for speed
     app.include_router(desktops.router, dependencies=[Depends(require_token)])
+    app.add_middleware(
+        FastLane,
+        method="POST",
+        path="/api/desktops/{desktop_id}/actions",
+        endpoint=desktops.run_actions,
+    )
     for router in routers:
         app.include_router(router, dependencies=[Depends(require_token)])
     app.include_router(stream.router)  # each route checks its token's scope

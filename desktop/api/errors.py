@@ -54,35 +54,36 @@ def _describe(error: dict) -> str:
     return f"{location}: {message}" if location else message
 
 
-def install(app: FastAPI) -> None:
-    """Answer every error with `{"error": code, "detail": message}`."""
-
-    @app.exception_handler(e.CubicleError)
-    async def _domain(_: Request, exc: e.CubicleError) -> JSONResponse:
+def response_for(exc: Exception) -> JSONResponse:
+    """The answer to an error raised while serving a request, whatever raised it."""
+    if isinstance(exc, e.CubicleError):
         if status_for(exc) >= 500:
             log.warning("%s: %s", exc.code, exc.message)
         return error_response(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    if isinstance(exc, RequestValidationError):
         problems = [_describe(err) for err in exc.errors()[:5]]
         return JSONResponse(
             {"error": "invalid_request", "detail": "; ".join(problems)}, status_code=422
         )
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error", exc_info=exc)
-        return JSONResponse(
-            {"error": "internal_error", "detail": f"{type(exc).__name__}: see the service log"},
-            status_code=500,
-        )
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if isinstance(exc, StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(
             {"error": code, "detail": str(exc.detail)},
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
         )
+    log.exception("unexpected error", exc_info=exc)
+    return JSONResponse(
+        {"error": "internal_error", "detail": f"{type(exc).__name__}: see the service log"},
+        status_code=500,
+    )
+
+
+def install(app: FastAPI) -> None:
+    """Answer every error with `{"error": code, "detail": message}`."""
+
+    async def handler(_: Request, exc: Exception) -> JSONResponse:
+        return response_for(exc)
+
+    for kind in (e.CubicleError, RequestValidationError, Exception, StarletteHTTPException):
+        app.add_exception_handler(kind, handler)

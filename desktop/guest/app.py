@@ -17,6 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from desktop import actions as a
 from desktop.api.errors import install as install_error_handlers
+from desktop.api.lane import FastLane
 from desktop.errors import DesktopGone, InvalidRequest, PayloadTooLarge
 from desktop.guest import a11y, dispatch, windows
 from desktop.guest.daemon import VERSION, Guest
@@ -62,7 +63,7 @@ def create_app(guest: Guest) -> FastAPI:
         )
 
     async def run_actions(request: Request) -> Response:
-        """`POST /actions`: a plain Starlette route, the hot path of every click and key.
+        """`POST /actions`, the hot path of every click and key, answered in a FastLane.
 
         The body is parsed and validated in one pydantic pass over its bytes, and its
         errors answer exactly as FastAPI's would (422 `invalid_request`).
@@ -82,6 +83,7 @@ def create_app(guest: Guest) -> FastAPI:
         return Response(answer.model_dump_json(), media_type="application/json")
 
     app.add_route("/actions", run_actions, methods=["POST"])
+    app.add_middleware(FastLane, method="POST", path="/actions", endpoint=run_actions)
 
     @app.get("/screenshot")
     async def screenshot(
