@@ -9,8 +9,9 @@ first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from desktop._lazy import lazy_names
 
 if TYPE_CHECKING:
     from agent.errors import AgentError, GroundingError, ModelError
@@ -32,8 +33,6 @@ _HOMES = {
     "agent.store": ("RunStore",),
     "agent.uitars": ("UiTarsPlanner",),
 }
-_WHERE = {name: module for module, names in _HOMES.items() for name in names}
-
 __all__ = [
     "Agent",
     "AgentError",
@@ -52,7 +51,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'agent' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_names("agent", _HOMES)

@@ -7,8 +7,9 @@ for the SDK's imports.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from desktop._lazy import lazy_names
 
 if TYPE_CHECKING:
     from desktop.actions import Action, ActionsResponse
@@ -38,8 +39,6 @@ _HOMES = {
     "desktop.models": ("DesktopInfo", "ExecResult", "FileEntry", "WindowInfo"),
     "desktop.sdk": ("AsyncDesktop", "Desktop", "list_desktops"),
 }
-_WHERE = {name: module for module, names in _HOMES.items() for name in names}
-
 __all__ = [
     "Action",
     "ActionsResponse",
@@ -60,7 +59,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'desktop' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_names("desktop", _HOMES)

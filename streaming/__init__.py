@@ -13,8 +13,9 @@ pay for the host's imports (aiortc).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from desktop._lazy import lazy_names
 
 if TYPE_CHECKING:
     from streaming.frames import EncodedFrame
@@ -28,8 +29,6 @@ _HOMES = {
     "streaming.live": ("LiveDesktops",),
     "streaming.recording": ("ActionLog", "Recorder", "RecordingInfo"),
 }
-_WHERE = {name: module for module, names in _HOMES.items() for name in names}
-
 __all__ = [
     "ActionLog",
     "EncodedFrame",
@@ -41,7 +40,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'streaming' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_names("streaming", _HOMES)
