@@ -78,7 +78,6 @@ def create_app(guest: Guest) -> FastAPI:
         loop = asyncio.get_running_loop()
         started = loop.time()
         results = [await dispatch.execute(action, guest) for action in items]
-        guest.input_sent()
         answer = a.ActionsResponse(results=results, elapsed_ms=(loop.time() - started) * 1000)
         return Response(answer.model_dump_json(), media_type="application/json")
 

@@ -71,7 +71,6 @@ class Guest:
         """Held by the thread using `display`: the X thread, or the loop for quick input."""
         self.display: Display = self._x.submit(xdisplay.Display, session.display).result()
         self.input = InputController(self.display)
-        self._input_unconfirmed = False
         self.screen = ScreenCapture(session.display)
         self.clipboard = Clipboard(session.display)
         self.fitter = WindowFitter(session.display)
@@ -101,18 +100,14 @@ class Guest:
         with self._x_lock:
             return fn(*args)
 
-    def input_sent(self) -> None:
-        """Note that input went out unconfirmed: pointer actions answer once it is sent."""
-        self._input_unconfirmed = True
-
     async def input_processed(self) -> None:
         """Return once the X server has processed all the input sent so far.
 
         Later requests on the input's own connection follow it anyway; a screen grab on
-        another connection calls this first. It costs a round trip only after input.
+        another connection calls this first. It costs a round trip only after input that
+        was sent without one (`InputController.unconfirmed`).
         """
-        if self._input_unconfirmed:
-            self._input_unconfirmed = False
+        if self.input.unconfirmed:
             await self.on_x(self.input.sync)
 
     def start(self) -> None:

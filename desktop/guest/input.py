@@ -85,6 +85,8 @@ class InputController:
         self._used_at: dict[int, float] = {}
         """Spare keycode → `time.monotonic()` seconds of its last key event."""
         self._pinger: Display | None = None
+        self.unconfirmed = False
+        """Whether events went out since the last `sync()` without a round trip after them."""
         self._pings = 0
         # The screen size, for the off-screen check without a round trip per action: read
         # once, then kept current by the root window's ConfigureNotify (RandR resizes).
@@ -103,17 +105,17 @@ class InputController:
         """Move the pointer to (x, y) in screen pixels."""
         self._check_on_screen([(x, y)])
         self._motion(x, y)
-        self._display.flush()
+        self._send()
 
     def button_down(self, button: str) -> None:
         """Press and hold `button` ("left", "right" or "middle") where the pointer is."""
         self._button(_button_number(button), True)
-        self._display.flush()
+        self._send()
 
     def button_up(self, button: str) -> None:
         """Release `button` ("left", "right" or "middle") where the pointer is."""
         self._button(_button_number(button), False)
-        self._display.flush()
+        self._send()
 
     def click(
         self,
@@ -146,7 +148,7 @@ class InputController:
             self._button(number, False)
         for code in reversed(pressed):
             self._key(code, False)
-        self._display.flush()
+        self._send()
         self._mark_used(codes)
 
     def drag(self, path: list[tuple[int, int]], button: str = "left") -> None:
@@ -188,11 +190,17 @@ class InputController:
             for _ in range(clicks):
                 self._button(number, True)
                 self._button(number, False)
-        self._display.flush()
+        self._send()
 
     def sync(self) -> None:
         """Wait until the server has processed every event sent so far."""
         self._display.sync()
+        self.unconfirmed = False
+
+    def _send(self) -> None:
+        """Send the events queued so far without waiting for the server to process them."""
+        self._display.flush()
+        self.unconfirmed = True
 
     def cursor_position(self) -> tuple[int, int]:
         """Where the pointer is, in screen pixels."""
