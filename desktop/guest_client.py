@@ -29,6 +29,7 @@ class GuestClient:
     def __init__(self, socket_path: str, *, timeout_s: float = 120.0) -> None:
         self._transport = LeanTransport(uds=socket_path)
         self._timeout = httpx.Timeout(timeout_s, connect=5.0)
+        self._timeouts = self._timeout.as_dict()
 
     async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send one request; raise the guest's error, or GuestUnreachable."""
@@ -44,7 +45,7 @@ class GuestClient:
         """POST a JSON body and return the answer's body (the hot path of every action)."""
         try:
             status, content = await self._transport.post(
-                path, body, "application/json", self._timeout.as_dict()
+                path, body, "application/json", self._timeouts
             )
         except httpx.TransportError as exc:
             raise GuestUnreachable(f"the desktop's guest daemon did not answer: {exc}") from exc

@@ -15,6 +15,9 @@ import os
 import threading
 from collections.abc import Callable
 
+_SESSION, _THREADS = 3, 17
+"""Indexes in `_stat`'s list of stat fields 6 (session id) and 20 (number of threads)."""
+
 
 class CpuMeter:
     """Seconds the desktop's programs (X server, XFCE, apps) have run on a CPU or waited in
@@ -46,11 +49,10 @@ class CpuMeter:
                 if pid == self._me:
                     continue
                 try:
-                    with open(f"/proc/{pid}/stat", "rb") as stat:
-                        fields = stat.read().rsplit(b")", 1)[1].split()
-                    if self._excluded(int(fields[3])):  # field 6 of stat: the session id
+                    fields = _stat(pid)
+                    if self._excluded(int(fields[_SESSION])):
                         continue
-                    single = fields[17] == b"1"  # field 20: the number of threads
+                    single = fields[_THREADS] == b"1"
                     tids = [pid] if single else _numeric(os.scandir(f"/proc/{pid}/task"))
                 except (OSError, IndexError):
                     continue  # exited meanwhile
@@ -73,11 +75,16 @@ def live_sessions() -> set[int]:
     sessions = set()
     for pid in _numeric(os.scandir("/proc")):
         try:
-            with open(f"/proc/{pid}/stat", "rb") as stat:
-                sessions.add(int(stat.read().rsplit(b")", 1)[1].split()[3]))
+            sessions.add(int(_stat(pid)[_SESSION]))
         except (OSError, IndexError, ValueError):
             continue  # exited meanwhile
     return sessions
+
+
+def _stat(pid: int) -> list[bytes]:
+    """`/proc/<pid>/stat`'s fields after the command name (which may hold spaces)."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rsplit(b")", 1)[1].split()
 
 
 def _numeric(entries: os.ScandirIterator[os.DirEntry[str]]) -> list[int]:
