@@ -45,7 +45,7 @@ def create_app(
         services = Services(
             settings, load_or_create_token(settings.data_dir, settings.token), manager
         )
-        manager.start()
+        await manager.start()
         started: list[Room] = []
         try:
             for room in rooms:

@@ -21,17 +21,18 @@ from datetime import UTC, datetime, timedelta
 
 from desktop.events import ActionsRan, DesktopEnded, Events
 from desktop.guest_client import JSON, GuestClient
-from desktop.models import ActionSource, CreateDesktop, DesktopInfo, DesktopStatus
+from desktop.models import ActionSource, CreateDesktop, DesktopInfo, DesktopStatus, NodeInfo
 from desktop.protocol import actions as a
 from desktop.protocol.errors import (
     CapacityReached,
     DesktopGone,
     DesktopNotFound,
     DesktopStarting,
+    InvalidRequest,
     SandboxStartError,
 )
 from desktop.protocol.models import Screen
-from desktop.runtime import Runtime, Sandbox, SandboxSpec, make_runtime
+from desktop.runtime import Found, Runtime, Sandbox, SandboxSpec, make_runtime
 from desktop.settings import Settings
 
 log = logging.getLogger("cubicle.manager")
@@ -74,7 +75,17 @@ class _Desktop:
             startup_ms=self.startup_ms,
             from_pool=self.from_pool,
             runtime=self.runtime,
+            node=self._node(),
         )
+
+    def _node(self) -> NodeInfo | None:
+        place = self.sandbox.node if self.sandbox is not None else None
+        return NodeInfo(id=place.id, address=place.address) if place is not None else None
+
+
+def _outlives_service(record: _Desktop) -> bool:
+    """A handed-out desktop in a runtime whose sandboxes outlive the service."""
+    return record.status == "ready" and record.sandbox is not None and record.sandbox.detached
 
 
 class SandboxManager:
@@ -89,14 +100,19 @@ class SandboxManager:
         self._pool: list[_Desktop] = []
         """Ready desktops of the default kind, not yet handed out (not listed)."""
         self._refilling: asyncio.Task | None = None
+        self._pool_found_no_room: CapacityReached | None = None
+        """Why the last refill stopped, when it found no room for a spare."""
         self._reaper: asyncio.Task | None = None
 
     # --- lifecycle of the manager -----------------------------------------------------------
 
-    def start(self) -> None:
-        """Build the default runtime (so a broken host fails at start) and begin the reaper."""
-        self.runtime(self.settings.runtime)
+    async def start(self) -> None:
+        """Build the default runtime (so a broken host fails at start), take over the
+        desktops an earlier service left running in it, and begin the reaper."""
+        runtime = self.runtime(self.settings.runtime)
         if self._reaper is None:
+            for found in await runtime.recover():
+                await self._adopt(runtime.name, found)
             self._reaper = asyncio.create_task(self._reap_idle(), name="reap-idle-desktops")
             self._refill_pool()
 
@@ -108,9 +124,11 @@ class SandboxManager:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._reaper = self._refilling = None
-        everything = [*self._desktops.values(), *self._pool]
+        detached = [d for d in self._desktops.values() if _outlives_service(d)]
+        ending = [d for d in [*self._desktops.values(), *self._pool] if d not in detached]
         await asyncio.gather(
-            *(self._end(d, "stopped", "the service shut down") for d in everything),
+            *(self._let_go(d) for d in detached),
+            *(self._end(d, "stopped", "the service shut down") for d in ending),
             return_exceptions=True,
         )
         runtimes, self._runtimes = list(self._runtimes.values()), {}
@@ -121,6 +139,33 @@ class SandboxManager:
         if name not in self._runtimes:
             self._runtimes[name] = make_runtime(name, self.settings)
         return self._runtimes[name]
+
+    async def _adopt(self, runtime: str, found: Found) -> None:
+        """Manage a desktop an earlier service started: back in the warm pool if it waited
+        there and the pool has room, else listed as it was."""
+        record = _Desktop(found.spec, runtime, found.timeout_s, created_at=found.created_at)
+        record.sandbox = found.sandbox
+        if found.timeout_s == 0 and len(self._pool) >= self.settings.warm_pool:
+            await self._end(record, "stopped", "a warm pool spare the pool no longer needs")
+            return
+        record.client = GuestClient(found.sandbox.endpoint)
+        record.status = "ready"
+        record.watcher = asyncio.create_task(self._watch(record), name=f"watch-{found.spec.id}")
+        if found.timeout_s == 0:
+            self._pool.append(record)
+        else:
+            self._desktops[found.spec.id] = record
+        log.info("desktop %s found again (%s)", found.spec.id, runtime)
+
+    async def _let_go(self, record: _Desktop) -> None:
+        """Stop watching a desktop that outlives the service, and leave it running."""
+        watcher, record.watcher = record.watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        if record.client is not None:
+            await record.client.close()
 
     # --- desktops ------------------------------------------------------------------------
 
@@ -136,6 +181,7 @@ class SandboxManager:
             cpu_cores=self.settings.cpu_cores,
             disk_mb=request.disk_mb or self.settings.disk_mb,
             max_file_bytes=self.settings.max_upload_bytes,
+            node_labels=request.node_labels(),
         )
 
     def _running(self) -> int:
@@ -144,7 +190,12 @@ class SandboxManager:
     async def create(self, request: CreateDesktop) -> DesktopInfo:
         """Start a desktop (or take a warm one) and return once it is drawn."""
         runtime = request.runtime or self.settings.runtime
-        self.runtime(runtime)  # an unknown runtime is a 422 before anything starts
+        # an unknown runtime, or node labels it cannot honour, is a 422 before anything starts
+        if request.node and not self.runtime(runtime).places_on_nodes:
+            raise InvalidRequest(
+                f"node labels choose a cluster node, and the {runtime} runtime has none: "
+                "use the ray runtime or leave out `node`"
+            )
         running = self._running()
         if running >= self.settings.max_desktops:
             raise CapacityReached(
@@ -184,6 +235,7 @@ class SandboxManager:
         record.client = GuestClient(record.sandbox.endpoint)
         record.status = "ready"
         record.last_used = time.monotonic()
+        record.sandbox.kept(record.timeout_s)
         record.watcher = asyncio.create_task(self._watch(record), name=f"watch-{spec.id}")
         log.info("desktop %s ready in %.0f ms", spec.id, record.startup_ms)
 
@@ -199,6 +251,7 @@ class SandboxManager:
             and request.memory_mb in (None, self.settings.memory_mb)
             and request.max_pids in (None, self.settings.max_pids)
             and request.disk_mb in (None, self.settings.disk_mb)
+            and not request.node
         )
 
     async def _take_warm(self, request: CreateDesktop) -> _Desktop | None:
@@ -207,6 +260,8 @@ class SandboxManager:
             return None
         if not self._pool and self._refilling is not None and not self._refilling.done():
             await asyncio.wait({self._refilling})
+            if not self._pool and (full := self._pool_found_no_room) is not None:
+                raise type(full)(full.message)  # this create would find none either
         if not self._pool:
             return None
         record = self._pool.pop(0)
@@ -214,6 +269,8 @@ class SandboxManager:
         record.timeout_s = request.timeout_s
         record.created_at = datetime.now(UTC)
         record.last_used = time.monotonic()
+        if record.sandbox is not None:
+            record.sandbox.kept(record.timeout_s)
         self._desktops[record.spec.id] = record
         return record
 
@@ -223,6 +280,7 @@ class SandboxManager:
             self._refilling = asyncio.create_task(self._fill_pool(), name="fill-warm-pool")
 
     async def _fill_pool(self) -> None:
+        self._pool_found_no_room = None
         while len(self._pool) < self.settings.warm_pool:
             if self._running() + len(self._pool) >= self.settings.max_desktops:
                 return
@@ -231,6 +289,10 @@ class SandboxManager:
                 await self._boot(record)
             except SandboxStartError as exc:
                 log.warning("warm pool: %s", exc)
+                return
+            except CapacityReached as exc:
+                log.info("warm pool: %s", exc)
+                self._pool_found_no_room = exc
                 return
             self._pool.append(record)
 
@@ -331,6 +393,8 @@ class SandboxManager:
         self.guest(desktop_id)
         record = self._record(desktop_id)
         record.timeout_s = timeout_s
+        if record.sandbox is not None:
+            record.sandbox.kept(timeout_s)
         return record.info()
 
     async def kill(self, desktop_id: str) -> None:

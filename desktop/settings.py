@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -47,6 +47,17 @@ class Settings(BaseSettings):
     """Seconds a desktop may take to come up before it counts as failed."""
     reap_interval_s: Annotated[float, Field(gt=0)] = 1.0
     """How often idle desktops are looked for, seconds."""
+    ray_address: str | None = None
+    """The Ray cluster of the `ray` runtime: the head's `HOST:PORT`, or `auto` for the
+    cluster `ray start` made on this host (`docs/cluster.md`)."""
+    ray_namespace: str = "cubicle"
+    """The Ray namespace of the desktops' actors: services sharing it find each other's."""
+    ray_placement: Literal["spread", "pack"] = "spread"
+    """`spread`: desktops go to the least loaded nodes; `pack`: Ray fills nodes first."""
+    ray_resource: str = "cubicle_desktop"
+    """The Ray resource a node offers per desktop it can hold (`ray start --resources`)."""
+    ray_node_runtime: str = "local"
+    """The runtime that starts a desktop on the node Ray picked."""
 
     @property
     def max_upload_bytes(self) -> int:

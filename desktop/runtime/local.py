@@ -116,7 +116,7 @@ class LocalSandbox(Sandbox):
         release_slot,
     ) -> None:
         self.id = spec.id
-        self.endpoint = GuestEndpoint(uds=str(directory / "run" / "guest.sock"))
+        self.endpoint = GuestEndpoint(uds=str(directory / "run" / "guest.sock"), secret=spec.secret)
         self._directory = directory
         self._process = process
         self._status = status
@@ -260,8 +260,13 @@ class LocalRuntime(Runtime):
         home, run = directory / "home", directory / "run"
         shutil.copytree(HOME_SKELETON, home, symlinks=True)
         run.mkdir()
+        if spec.secret is not None:
+            # The guest's own run directory: the desktop's programs may read it, and gain
+            # nothing by it (they reach this guest's socket there already).
+            (run / "secret").write_text(spec.secret)
+            (run / "secret").chmod(0o400)
         if host_uid is not None:
-            for path in (directory, home, run, *home.rglob("*")):
+            for path in (directory, home, run, *run.iterdir(), *home.rglob("*")):
                 os.lchown(path, host_uid, host_uid)
         return directory, self._etc_files(directory, spec)
 
@@ -291,6 +296,8 @@ class LocalRuntime(Runtime):
             f"--status-fd={status_fd}",
             f"--max-file-bytes={spec.max_file_bytes}",
         ]
+        if spec.secret is not None:
+            argv.append(f"--secret-file={GUEST_RUN}/secret")
         return argv
 
     def _guest_env(self) -> dict[str, str]:

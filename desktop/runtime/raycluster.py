@@ -1,0 +1,330 @@
+"""The `ray` runtime: desktops placed on the nodes of a Ray cluster.
+
+Ray does the cluster's work (membership, placement, resource accounting, failure
+detection); this module only asks. Each desktop is a named, detached actor
+(`desktop.runtime.raynode.DesktopActor`) that reserves one `cubicle_desktop` and the
+desktop's memory on a node, starts the desktop there with the node's runtime, and opens a
+TCP door to its guest on the node's address. The control plane then speaks the guest
+protocol straight to that door (frames included), with the desktop's own secret: Ray
+carries no desktop traffic.
+
+- A create that no node can take waits in Ray's queue for `CUBICLE_START_TIMEOUT_S`, then
+  fails with `NoNodeAvailable` (503), naming what the cluster lacks.
+- A node that dies fails its desktops only: Ray reports their actors dead, and `wait()`
+  answers why (a node that stops answering altogether counts as lost after `SILENT_S`).
+- The actors outlive the service: a restarted service finds them again by their names
+  (`recover`), and an actor no service asks after stops its desktop by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+from desktop.guest_client import GuestEndpoint
+from desktop.protocol.errors import InvalidRequest, NoNodeAvailable, SandboxStartError
+from desktop.protocol.models import GuestEvent
+from desktop.runtime.base import Found, NodePlace, Runtime, Sandbox, SandboxSpec
+from desktop.settings import Settings
+
+log = logging.getLogger("cubicle.runtime.ray")
+
+ACTOR_PREFIX = "cubicle-desktop-"
+"""Actor names are this and the desktop's id."""
+LEASE_S = 5.0
+"""Longest a poll of a desktop's actor waits for news before it answers anyway."""
+SILENT_S = 15.0
+"""Seconds past a poll's lease without an answer after which the desktop's node counts as
+lost, whatever Ray says (Ray's own health checks usually tell sooner)."""
+STOP_S = 15.0
+"""Longest wait for an actor to stop its desktop before it is killed regardless."""
+FIND_S = 10.0
+"""Longest wait for a found actor to describe itself on recovery."""
+MiB = 1024 * 1024
+
+
+class _Lost(Exception):
+    """The desktop's actor is gone or does not answer; the message says why."""
+
+
+def _actor_gone(exc: BaseException, node: NodePlace) -> str:
+    """Why an actor died, in one line, from Ray's error."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    cause = lines[-1] if lines else type(exc).__name__
+    return f"its node {node.address} (Ray node {node.id[:12]}) was lost: {cause}"
+
+
+class RaySandbox(Sandbox):
+    """A desktop held by an actor on some node of the cluster."""
+
+    detached = True
+
+    def __init__(self, actor: Any, spec_id: str, endpoint: GuestEndpoint, node: NodePlace):
+        self.id = spec_id
+        self.endpoint = endpoint
+        self.node = node
+        self._actor = actor
+        self._index = 0
+        self._lost: str | None = None
+        self._stopped = False
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        """Call the actor, waiting at most a lease plus `SILENT_S`; `_Lost` if it is gone."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        for _attempt in range(3):
+            try:
+                async with asyncio.timeout(LEASE_S + SILENT_S):
+                    return await getattr(self._actor, method).remote(*args)
+            except TimeoutError:
+                raise _Lost(
+                    f"its node {self.node.address} (Ray node {self.node.id[:12]}) did not "
+                    f"answer for {LEASE_S + SILENT_S:.0f} s"
+                ) from None
+            except ActorUnavailableError:  # Ray is still finding out: ask again
+                await asyncio.sleep(1)
+            except (ActorDiedError, RayActorError) as exc:
+                raise _Lost(_actor_gone(exc, self.node)) from None
+        raise _Lost(f"its node {self.node.address} (Ray node {self.node.id[:12]}) is unavailable")
+
+    async def events(self) -> AsyncIterator[GuestEvent]:
+        while self._lost is None:
+            try:
+                polled = await self._call("poll_events", self._index, LEASE_S)
+            except _Lost as exc:
+                self._lost = str(exc)
+                return
+            self._index += len(polled.events)
+            for line in polled.events:
+                yield GuestEvent.model_validate_json(line)
+            if polled.events_done:
+                return
+
+    async def wait(self) -> str:
+        while self._lost is None and not self._stopped:
+            try:
+                ended = await self._call("poll_end", LEASE_S)
+            except _Lost as exc:
+                self._lost = str(exc)
+                break
+            if ended is not None:
+                return ended
+        return "stopped" if self._stopped else str(self._lost)
+
+    def kept(self, timeout_s: int) -> None:
+        if not self._stopped and self._lost is None:
+            self._actor.keep.remote(timeout_s)  # fire and forget: ordered after earlier calls
+
+    def pids(self) -> list[int]:
+        return []  # its processes run on another host
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        import ray
+
+        if self._lost is None:
+            with contextlib.suppress(_Lost):
+                async with asyncio.timeout(STOP_S):
+                    await self._call("stop")
+        with contextlib.suppress(Exception):  # an actor already gone has nothing to kill
+            ray.kill(self._actor, no_restart=True)
+
+
+class RayRuntime(Runtime):
+    """Places each desktop on a node of the Ray cluster at `CUBICLE_RAY_ADDRESS`."""
+
+    name = "ray"
+    places_on_nodes = True
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.ray_address:
+            raise InvalidRequest(
+                "the ray runtime needs the cluster's address: set CUBICLE_RAY_ADDRESS to the "
+                "head's HOST:PORT (or `auto` on a node of the cluster)"
+            )
+        try:
+            import ray  # noqa: F401
+        except ImportError as exc:
+            raise InvalidRequest(
+                "the ray runtime needs Ray: pip install 'cubicle[ray]' on the service's host "
+                "and every node"
+            ) from exc
+        self.settings = settings
+        self._actor_class: Any = None
+        self._connecting: asyncio.Lock | None = None
+        self._connected_here = False
+
+    async def _connect(self) -> Any:
+        """The Ray actor class, once this process is connected to the cluster."""
+        if self._actor_class is not None:
+            return self._actor_class
+        self._connecting = self._connecting or asyncio.Lock()
+        async with self._connecting:
+            if self._actor_class is None:
+                self._actor_class = await asyncio.to_thread(self._connect_blocking)
+        return self._actor_class
+
+    def _connect_blocking(self) -> Any:
+        import ray
+
+        from desktop.runtime.raynode import DesktopActor
+
+        if not ray.is_initialized():
+            try:
+                ray.init(
+                    address=self.settings.ray_address,
+                    namespace=self.settings.ray_namespace,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                )
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise SandboxStartError(
+                    f"cannot reach the Ray cluster at {self.settings.ray_address}: {exc}"
+                ) from exc
+            self._connected_here = True
+        return ray.remote(DesktopActor)
+
+    def _options(self, spec: SandboxSpec) -> dict[str, Any]:
+        spread = self.settings.ray_placement == "spread"
+        return {
+            "name": ACTOR_PREFIX + spec.id,
+            "namespace": self.settings.ray_namespace,
+            "lifetime": "detached",
+            "num_cpus": 0,
+            "resources": {self.settings.ray_resource: 1},
+            "memory": spec.memory_mb * MiB,
+            "max_restarts": 0,
+            "max_task_retries": 0,
+            "scheduling_strategy": "SPREAD" if spread else "DEFAULT",
+            "label_selector": dict(spec.node_labels) or None,
+        }
+
+    async def start(self, spec: SandboxSpec) -> Sandbox:
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        actor_class = await self._connect()
+        spec = replace(spec, secret=secrets.token_urlsafe(32))
+        actor = actor_class.options(**self._options(spec)).remote(
+            spec, self.settings.ray_node_runtime, 0
+        )
+        timeout_s = self.settings.start_timeout_s
+        try:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    node = await actor.place.remote()
+            except TimeoutError:
+                raise NoNodeAvailable(await self._shortfall(spec)) from None
+            async with asyncio.timeout(timeout_s):
+                endpoint = await actor.start.remote()
+        except RayTaskError as exc:
+            ray.kill(actor, no_restart=True)
+            cause = exc.cause if isinstance(exc.cause, Exception) else exc
+            raise SandboxStartError(f"on its node: {cause}") from exc
+        except RayActorError as exc:
+            ray.kill(actor, no_restart=True)
+            raise SandboxStartError(f"its actor died: {exc}") from exc
+        except BaseException:
+            ray.kill(actor, no_restart=True)
+            raise
+        log.info("desktop %s placed on node %s (%s)", spec.id, node.address, node.id[:12])
+        return RaySandbox(actor, spec.id, endpoint, node)
+
+    async def _shortfall(self, spec: SandboxSpec) -> str:
+        """Why no node took the desktop: what it needs against what the cluster has free."""
+        import ray
+
+        total, free, nodes = await asyncio.to_thread(
+            lambda: (ray.cluster_resources(), ray.available_resources(), ray.nodes())
+        )
+        resource = self.settings.ray_resource
+        need_gib = spec.memory_mb / 1024
+        waited = f"no node could take the desktop within {self.settings.start_timeout_s:g} s"
+        if not total.get(resource):
+            why = (
+                f"no node offers the resource {resource!r}: start nodes with "
+                f"`ray start --resources='{{\"{resource}\": N}}'`"
+            )
+        elif free.get(resource, 0) < 1:
+            why = (
+                f"all {total[resource]:g} {resource!r} of the cluster are taken: kill a desktop "
+                "or add nodes"
+            )
+        elif free.get("memory", 0) < spec.memory_mb * MiB:
+            why = (
+                f"it needs {need_gib:g} GiB of the 'memory' resource and the cluster has "
+                f"{free.get('memory', 0) / 1024**3:.1f} GiB free: ask for less (memory_mb) "
+                "or add nodes"
+            )
+        elif spec.node_labels:
+            wanted = dict(spec.node_labels)
+            matching = [
+                n
+                for n in nodes
+                if n.get("Alive")
+                and all(n.get("Labels", {}).get(k) == v for k, v in wanted.items())
+            ]
+            shown = ", ".join(f"{k}={v}" for k, v in wanted.items())
+            why = (
+                f"no node labelled {shown} has a free {resource!r} and {need_gib:g} GiB of "
+                f"memory ({len(matching)} alive node(s) carry those labels)"
+            )
+        else:
+            why = (
+                f"no single node has both a free {resource!r} and {need_gib:g} GiB of memory "
+                f"({free.get(resource, 0):g} {resource!r} free in the cluster)"
+            )
+        return f"{waited}: {why}"
+
+    async def recover(self) -> list[Found]:
+        import ray
+
+        await self._connect()
+        names = await asyncio.to_thread(ray.util.list_named_actors)
+        found = await asyncio.gather(
+            *(self._find(name) for name in names if name.startswith(ACTOR_PREFIX))
+        )
+        return [f for f in found if f is not None]
+
+    async def _find(self, name: str) -> Found | None:
+        import ray
+
+        try:
+            actor = await asyncio.to_thread(
+                ray.get_actor, name, namespace=self.settings.ray_namespace
+            )
+        except ValueError:  # gone meanwhile
+            return None
+        try:
+            async with asyncio.timeout(FIND_S):
+                described = await actor.describe.remote()
+        except (TimeoutError, ray.exceptions.RayError) as exc:
+            log.warning("actor %s does not describe itself (%r): killing it", name, exc)
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+            return None
+        if described.ended is not None or described.endpoint is None:
+            log.info("actor %s holds no running desktop: ending it", name)
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(STOP_S):
+                    await actor.stop.remote()
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+            return None
+        sandbox = RaySandbox(actor, described.spec.id, described.endpoint, described.node)
+        return Found(sandbox, described.spec, described.timeout_s, described.created_at)
+
+    async def close(self) -> None:
+        if self._connected_here:
+            import ray
+
+            self._connected_here = False
+            self._actor_class = None
+            await asyncio.to_thread(ray.shutdown)

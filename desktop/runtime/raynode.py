@@ -1,0 +1,173 @@
+"""The node's side of the `ray` runtime: one `DesktopActor` per desktop.
+
+Ray places the actor on a node that has a free `cubicle_desktop` and the desktop's memory
+(the control plane's `desktop.runtime.raycluster` asks for them); there it starts the
+desktop with the node's own runtime (`local`, or another registered one) and opens a
+`TcpDoor` on the node's address, through which the control plane speaks the guest
+protocol, secret included.
+
+The actor is named and detached: it outlives the service that made it, and a restarted
+service finds it again by its name. So that a desktop cannot be left running for ever when
+no service comes back, the actor stops it by itself once no service has asked after it for
+the desktop's idle timeout (a minute at least).
+
+Every call the control plane makes is short or a bounded long-poll (`poll_*`), so a service
+that dies leaves nothing hanging here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+import ray
+
+from desktop.guest_client import GuestEndpoint
+from desktop.runtime import Sandbox, SandboxSpec, make_runtime
+from desktop.runtime.base import NodePlace
+from desktop.runtime.forward import TcpDoor
+from desktop.settings import Settings
+
+log = logging.getLogger("cubicle.runtime.raynode")
+
+ORPHAN_MIN_S = 60.0
+"""Seconds without a service before an orphaned desktop stops itself, at the least."""
+
+
+@dataclass(frozen=True)
+class Polled:
+    """The guest's events from the index asked, and whether more may come."""
+
+    events: tuple[str, ...]
+    """`GuestEvent` JSON lines, in order."""
+    events_done: bool
+    """The guest reports no more events."""
+
+
+@dataclass(frozen=True)
+class Described:
+    """A desktop actor's state, for a service that finds it again."""
+
+    spec: SandboxSpec
+    endpoint: GuestEndpoint | None
+    """None until the sandbox started."""
+    node: NodePlace
+    timeout_s: int
+    created_at: datetime
+    ended: str | None
+
+
+class DesktopActor:
+    """One desktop on this node (a Ray actor: `ray.remote(DesktopActor)`)."""
+
+    def __init__(self, spec: SandboxSpec, runtime: str, timeout_s: int) -> None:
+        self.spec = spec
+        self.runtime_name = runtime
+        self.timeout_s = timeout_s
+        self.created_at = datetime.now(UTC)
+        context = ray.get_runtime_context()
+        self.node = NodePlace(id=context.get_node_id(), address=ray.util.get_node_ip_address())
+        self._sandbox: Sandbox | None = None
+        self._door: TcpDoor | None = None
+        self._events: list[str] = []
+        self._events_done = False
+        self._ended: str | None = None
+        self._changed = asyncio.Event()
+        self._last_seen = time.monotonic()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping: asyncio.Task[None] | None = None
+
+    async def place(self) -> NodePlace:
+        """Where Ray put the desktop (answers once it is placed)."""
+        return self.node
+
+    async def start(self) -> GuestEndpoint:
+        """Start the sandbox and open its door; returns where the service reaches it."""
+        runtime = make_runtime(self.runtime_name, Settings())
+        self._sandbox = await runtime.start(self.spec)
+        self._door = TcpDoor(self._sandbox.endpoint, self.node.address)
+        await self._door.start()
+        self._tasks = [
+            asyncio.create_task(self._pump(self._sandbox), name="pump-events"),
+            asyncio.create_task(self._watch_for_orphan(), name="watch-for-orphan"),
+        ]
+        return self._door.endpoint
+
+    async def _pump(self, sandbox: Sandbox) -> None:
+        try:
+            async for event in sandbox.events():
+                self._events.append(event.model_dump_json(exclude_none=True))
+                self._changed.set()
+        finally:
+            self._events_done = True
+            self._changed.set()
+        self._ended = await sandbox.wait()
+        self._changed.set()
+
+    async def _until(self, done, lease_s: float) -> None:
+        """Wait until `done()` or for `lease_s`; each call tells the actor that a service
+        still looks after it."""
+        self._last_seen = time.monotonic()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(lease_s):
+                while not done():
+                    self._changed.clear()
+                    await self._changed.wait()
+        self._last_seen = time.monotonic()
+
+    async def poll_events(self, index: int, lease_s: float) -> Polled:
+        """The guest's events from `index` on; waits up to `lease_s` for one."""
+        await self._until(lambda: len(self._events) > index or self._events_done, lease_s)
+        return Polled(tuple(self._events[index:]), self._events_done)
+
+    async def poll_end(self, lease_s: float) -> str | None:
+        """Why the sandbox ended, once it has; waits up to `lease_s` for it."""
+        await self._until(lambda: self._ended is not None, lease_s)
+        return self._ended
+
+    async def keep(self, timeout_s: int) -> None:
+        """The service's idle timeout for the desktop from now on (0: in the warm pool)."""
+        self.timeout_s = timeout_s
+        self._last_seen = time.monotonic()
+
+    async def describe(self) -> Described:
+        self._last_seen = time.monotonic()
+        endpoint = self._door.endpoint if self._door is not None else None
+        spec = replace(self.spec, secret=None)  # the endpoint carries it
+        return Described(spec, endpoint, self.node, self.timeout_s, self.created_at, self._ended)
+
+    async def stop(self) -> None:
+        """Stop the desktop and free what it holds on this node; idempotent. The service
+        then ends the actor itself (`ray.kill`), which frees its Ray resources."""
+        if self._stopping is None:
+            self._stopping = asyncio.create_task(self._stop(), name="stop-desktop")
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._door is not None:
+            await self._door.stop()
+        if self._sandbox is not None:
+            await self._sandbox.stop()
+        self._ended = self._ended or "stopped"
+        self._changed.set()
+
+    async def _watch_for_orphan(self) -> None:
+        while True:
+            await asyncio.sleep(5)
+            alone_s = time.monotonic() - self._last_seen
+            if alone_s > max(float(self.timeout_s), ORPHAN_MIN_S):
+                break
+        log.warning(
+            "desktop %s: no service asked after it for %.0f s: stopping it", self.spec.id, alone_s
+        )
+        self._tasks.remove(asyncio.current_task())  # type: ignore[arg-type]
+        await self.stop()
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)

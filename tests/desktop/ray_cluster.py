@@ -1,0 +1,98 @@
+"""A real Ray cluster on this machine: a head and worker nodes, each a raylet of its own.
+
+`ray.cluster_utils.Cluster` starts the same processes `ray start` does (GCS, raylets, object
+stores), so placement, resource accounting and failure detection are Ray's own. Object
+stores and worker counts are kept small for a 2-core machine; the head offers no desktops.
+Health checks run every second, as an operator who wants node failures noticed within
+seconds configures them (`docs/cluster.md`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+GiB = 1024**3
+OBJECT_STORE_BYTES = 80 * 1024 * 1024
+"""Ray's floor is 75 MiB; desktops put nothing in it."""
+HEALTH_CHECKS = {
+    "health_check_initial_delay_ms": 1000,
+    "health_check_period_ms": 1000,
+    "health_check_failure_threshold": 3,
+}
+
+
+@dataclass
+class LocalCluster:
+    """A head node and worker nodes on this machine."""
+
+    cluster: Any
+    workers: list[Any] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        """The head's GCS address, as `CUBICLE_RAY_ADDRESS` takes it."""
+        return self.cluster.address
+
+    def add_worker(
+        self, desktops: int = 2, memory_gib: float = 5, labels: dict[str, str] | None = None
+    ) -> Any:
+        """A worker node that offers `desktops` desktops and `memory_gib` of memory."""
+        node = self.cluster.add_node(
+            num_cpus=1,
+            resources={"cubicle_desktop": desktops},
+            memory=int(memory_gib * GiB),
+            object_store_memory=OBJECT_STORE_BYTES,
+            labels=labels or {},
+        )
+        self.workers.append(node)
+        return node
+
+    def kill_worker(self, node: Any) -> None:
+        """Kill every Ray process of the node at once, as a machine that dies."""
+        self.cluster.remove_node(node, allow_graceful=False)
+        self.workers.remove(node)
+
+    def worker_pids(self, node: Any) -> list[int]:
+        """Process ids of the node's raylet and the workers it started."""
+        raylet = node.all_processes["raylet"][0].process.pid
+        return [raylet, *_children(raylet)]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in os.scandir("/proc"):
+        if not stat.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            fields = open(f"/proc/{stat.name}/stat").read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append(int(stat.name))
+    return found
+
+
+@contextlib.contextmanager
+def local_cluster(workers: int = 2, desktops_each: int = 2) -> Iterator[LocalCluster]:
+    """Start a head and `workers` worker nodes; shut everything down however it ends."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,
+            "object_store_memory": OBJECT_STORE_BYTES,
+            "include_dashboard": False,
+            "_system_config": HEALTH_CHECKS,
+        },
+    )
+    local = LocalCluster(cluster)
+    try:
+        for _ in range(workers):
+            local.add_worker(desktops_each)
+        cluster.wait_for_nodes(timeout=60)
+        yield local
+    finally:
+        cluster.shutdown()
