@@ -235,7 +235,7 @@ class SandboxManager:
         record.client = GuestClient(record.sandbox.endpoint)
         record.status = "ready"
         record.last_used = time.monotonic()
-        record.sandbox.kept(record.timeout_s)
+        record.sandbox.kept(record.timeout_s, record.created_at)
         record.watcher = asyncio.create_task(self._watch(record), name=f"watch-{spec.id}")
         log.info("desktop %s ready in %.0f ms", spec.id, record.startup_ms)
 
@@ -270,7 +270,7 @@ class SandboxManager:
         record.created_at = datetime.now(UTC)
         record.last_used = time.monotonic()
         if record.sandbox is not None:
-            record.sandbox.kept(record.timeout_s)
+            record.sandbox.kept(record.timeout_s, record.created_at)
         self._desktops[record.spec.id] = record
         return record
 
@@ -394,7 +394,7 @@ class SandboxManager:
         record = self._record(desktop_id)
         record.timeout_s = timeout_s
         if record.sandbox is not None:
-            record.sandbox.kept(timeout_s)
+            record.sandbox.kept(timeout_s, record.created_at)
         return record.info()
 
     async def kill(self, desktop_id: str) -> None:

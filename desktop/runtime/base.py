@@ -67,10 +67,11 @@ class Sandbox(abc.ABC):
     """Whether it outlives the service: the manager lets go of it when the service stops
     (a later service finds it again through `Runtime.recover`) instead of ending it."""
 
-    def kept(self, timeout_s: int) -> None:  # noqa: B027 - only detached sandboxes care
+    def kept(self, timeout_s: int, created_at: datetime) -> None:  # noqa: B027
         """The manager's idle timeout for it from now on, in seconds (0: it waits in the
-        warm pool). A detached sandbox keeps it, to stop by itself when no service came
-        back within it, and to be found again with it."""
+        warm pool), and when it was handed out. A detached sandbox keeps them, to stop by
+        itself when no service came back within the timeout, and to be found again as it
+        was (other sandboxes ignore them)."""
 
     @abc.abstractmethod
     def events(self) -> AsyncIterator[GuestEvent]:
@@ -117,3 +118,4 @@ class Found:
     timeout_s: int
     """Its idle timeout in seconds, as last `kept`; 0: it waited in the warm pool."""
     created_at: datetime
+    """When it was handed out, as last `kept`."""

@@ -24,6 +24,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from desktop.guest_client import GuestEndpoint
@@ -116,9 +117,9 @@ class RaySandbox(Sandbox):
                 return ended
         return "stopped" if self._stopped else str(self._lost)
 
-    def kept(self, timeout_s: int) -> None:
-        if not self._stopped and self._lost is None:
-            self._actor.keep.remote(timeout_s)  # fire and forget: ordered after earlier calls
+    def kept(self, timeout_s: int, created_at: datetime) -> None:
+        if not self._stopped and self._lost is None:  # fire and forget, in call order
+            self._actor.keep.remote(timeout_s, created_at)
 
     def pids(self) -> list[int]:
         return []  # its processes run on another host

@@ -129,9 +129,11 @@ class DesktopActor:
         await self._until(lambda: self._ended is not None, lease_s)
         return self._ended
 
-    async def keep(self, timeout_s: int) -> None:
-        """The service's idle timeout for the desktop from now on (0: in the warm pool)."""
+    async def keep(self, timeout_s: int, created_at: datetime) -> None:
+        """The service's idle timeout for the desktop from now on (0: in the warm pool),
+        and when the desktop was handed out."""
         self.timeout_s = timeout_s
+        self.created_at = created_at
         self._last_seen = time.monotonic()
 
     async def describe(self) -> Described:

@@ -10,7 +10,6 @@ seconds configures them (`docs/cluster.md`).
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,23 +54,6 @@ class LocalCluster:
         """Kill every Ray process of the node at once, as a machine that dies."""
         self.cluster.remove_node(node, allow_graceful=False)
         self.workers.remove(node)
-
-    def worker_pids(self, node: Any) -> list[int]:
-        """Process ids of the node's raylet and the workers it started."""
-        raylet = node.all_processes["raylet"][0].process.pid
-        return [raylet, *_children(raylet)]
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in os.scandir("/proc"):
-        if not stat.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            fields = open(f"/proc/{stat.name}/stat").read().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                found.append(int(stat.name))
-    return found
 
 
 @contextlib.contextmanager
