@@ -4,14 +4,19 @@
 stores), so placement, resource accounting and failure detection are Ray's own. Object
 stores and worker counts are kept small for a 2-core machine; the head offers no desktops.
 Health checks run every second, as an operator who wants node failures noticed within
-seconds configures them (`docs/cluster.md`).
+seconds configures them (`docs/cluster.md`). Each worker keeps its desktops in a data
+directory of its own, as separate machines would; shutting down removes them, and what a
+killed node left behind (its desktops' directories and cgroups) with them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 GiB = 1024**3
@@ -30,6 +35,8 @@ class LocalCluster:
 
     cluster: Any
     workers: list[Any] = field(default_factory=list)
+    data_dirs: list[Path] = field(default_factory=list)
+    """The worker nodes' CUBICLE_DATA_DIR, one each."""
 
     @property
     def address(self) -> str:
@@ -40,7 +47,11 @@ class LocalCluster:
         self, desktops: int = 2, memory_gib: float = 5, labels: dict[str, str] | None = None
     ) -> Any:
         """A worker node that offers `desktops` desktops and `memory_gib` of memory."""
+        data_dir = Path(tempfile.mkdtemp(prefix="cubicle-node-", dir="/var/tmp"))
+        data_dir.chmod(0o711)  # the desktops' own users walk through it
+        self.data_dirs.append(data_dir)
         node = self.cluster.add_node(
+            env_vars={"CUBICLE_DATA_DIR": str(data_dir)},
             num_cpus=1,
             resources={"cubicle_desktop": desktops},
             memory=int(memory_gib * GiB),
@@ -78,3 +89,14 @@ def local_cluster(workers: int = 2, desktops_each: int = 2) -> Iterator[LocalClu
         yield local
     finally:
         cluster.shutdown()
+        for data_dir in local.data_dirs:
+            _clear(data_dir)
+
+
+def _clear(data_dir: Path) -> None:
+    """Remove a node's data directory, with the cgroups of desktops a dead node left."""
+    from desktop.runtime.cgroups import CONTROLLERS, PARENT, ROOT, Cgroup
+
+    for desktop in (data_dir / "desktops").glob("*"):
+        Cgroup(tuple(ROOT / c / PARENT / desktop.name for c in CONTROLLERS)).kill_all()
+    shutil.rmtree(data_dir, ignore_errors=True)

@@ -283,8 +283,8 @@ def test_a_restarted_service_finds_its_desktops_still_running(cluster, state):
                 assert found[desktop_id]["status"] == "ready"
                 assert found[desktop_id]["node"] == before[desktop_id]["node"]
                 assert found[desktop_id]["created_at"] == before[desktop_id]["created_at"]
-                out = api.post(f"/api/desktops/{desktop_id}/exec", json={"command": "cat note.txt"})
-                assert out.status_code == 200 and out.json()["stdout"].startswith("typed on")
+                out = api.post(f"/api/desktops/{desktop_id}/exec", json={"command": "hostname"})
+                assert out.status_code == 200 and out.json()["stdout"] == f"cubicle-{desktop_id}\n"
 
     with state.service.client() as api:
         for desktop_id in running:
