@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     """The Ray resource a node offers per desktop it can hold (`ray start --resources`)."""
     ray_node_runtime: str = "local"
     """The runtime that starts a desktop on the node Ray picked."""
+    ray_spares: Annotated[int, Field(ge=0, le=16)] = 1
+    """Actors of the `ray` runtime kept placed, their processes started, ahead of creates
+    of default desktops (each holds one desktop's resources until a create takes it)."""
 
     @property
     def max_upload_bytes(self) -> int:

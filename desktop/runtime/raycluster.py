@@ -31,12 +31,14 @@ from desktop.guest_client import GuestEndpoint
 from desktop.protocol.errors import InvalidRequest, NoNodeAvailable, SandboxStartError
 from desktop.protocol.models import GuestEvent
 from desktop.runtime.base import Found, NodePlace, Runtime, Sandbox, SandboxSpec
+from desktop.runtime.rayspares import Spare, Spares, kill_actor
 from desktop.settings import Settings
 
 log = logging.getLogger("cubicle.runtime.ray")
 
 ACTOR_PREFIX = "cubicle-desktop-"
-"""Actor names are this and the desktop's id."""
+"""Actor names are this and the desktop's id (or `spare-` and a token: placed ahead)."""
+SPARE_PREFIX = ACTOR_PREFIX + "spare-"
 LEASE_S = 5.0
 """Longest a poll of a desktop's actor waits for news before it answers anyway."""
 SILENT_S = 15.0
@@ -158,6 +160,7 @@ class RayRuntime(Runtime):
                 "and every node"
             ) from exc
         self.settings = settings
+        self._spares = Spares(settings.ray_spares, self._make_spare)
         self._actor_class: Any = None
         self._connecting: asyncio.Lock | None = None
         self._connected_here = False
@@ -192,51 +195,98 @@ class RayRuntime(Runtime):
             self._connected_here = True
         return ray.remote(DesktopActor)
 
-    def _options(self, spec: SandboxSpec) -> dict[str, Any]:
+    def _options(
+        self, name: str, memory_mb: int, labels: tuple[tuple[str, str], ...] = ()
+    ) -> dict[str, Any]:
         spread = self.settings.ray_placement == "spread"
         return {
-            "name": ACTOR_PREFIX + spec.id,
+            "name": name,
             "namespace": self.settings.ray_namespace,
             "lifetime": "detached",
             "num_cpus": 0,
             "resources": {self.settings.ray_resource: 1},
-            "memory": spec.memory_mb * MiB,
+            "memory": memory_mb * MiB,
             "max_restarts": 0,
             "max_task_retries": 0,
             "scheduling_strategy": "SPREAD" if spread else "DEFAULT",
-            "label_selector": dict(spec.node_labels) or None,
+            "label_selector": dict(labels) or None,
         }
 
+    def _make_spare(self) -> Any:
+        options = self._options(f"{SPARE_PREFIX}{secrets.token_hex(6)}", self.settings.memory_mb)
+        return self._actor_class.options(**options).remote(self.settings.ray_node_runtime)
+
+    def _fits_spares(self, spec: SandboxSpec) -> bool:
+        return not spec.node_labels and spec.memory_mb == self.settings.memory_mb
+
     async def start(self, spec: SandboxSpec) -> Sandbox:
-        import ray
+        await self._connect()
+        self._spares.start()
+        spec = replace(spec, secret=secrets.token_urlsafe(32))
+        for _attempt in range(3):
+            actor, node = await self._placed_actor(spec)
+            try:
+                endpoint = await self._start_on(actor, spec)
+            except _Lost as exc:  # a spare whose node died meanwhile: place anew
+                log.warning("desktop %s: %s; placing it again", spec.id, exc)
+                continue
+            log.info("desktop %s placed on node %s (%s)", spec.id, node.address, node.id[:12])
+            return RaySandbox(actor, spec.id, endpoint, node)
+        raise SandboxStartError("its actor died three times before the desktop could start")
+
+    async def _placed_actor(self, spec: SandboxSpec) -> tuple[Any, NodePlace]:
+        """An actor placed for the desktop: a spare, or its own, whichever is placed first
+        within the start timeout; `NoNodeAvailable` when neither is."""
+        spares = self._spares if self._fits_spares(spec) else None
+        if spares is not None and (spare := spares.take_now()) is not None:
+            return spare.actor, spare.node
+        options = self._options(ACTOR_PREFIX + spec.id, spec.memory_mb, spec.node_labels)
+        actor = self._actor_class.options(**options).remote(self.settings.ray_node_runtime)
+        own = asyncio.ensure_future(actor.place.remote())
+        other = asyncio.ensure_future(spares.next()) if spares is not None else None
+        waiting = {own} if other is None else {own, other}
+        try:
+            done, _ = await asyncio.wait(
+                waiting, timeout=self.settings.start_timeout_s, return_when="FIRST_COMPLETED"
+            )
+        except BaseException:
+            own.cancel()
+            kill_actor(actor)
+            _settle(other, spares)
+            raise
+        if other is not None and other in done and own not in done:
+            own.cancel()
+            kill_actor(actor)
+            spare = other.result()
+            return spare.actor, spare.node
+        _settle(other, spares)
+        if own in done:
+            try:
+                return actor, own.result()
+            except Exception as exc:
+                kill_actor(actor)
+                raise SandboxStartError(f"its actor died before it was placed: {exc}") from exc
+        own.cancel()
+        kill_actor(actor)
+        raise NoNodeAvailable(await self._shortfall(spec))
+
+    async def _start_on(self, actor: Any, spec: SandboxSpec) -> GuestEndpoint:
+        """Start the desktop on a placed actor; `_Lost` if the actor is gone."""
         from ray.exceptions import RayActorError, RayTaskError
 
-        actor_class = await self._connect()
-        spec = replace(spec, secret=secrets.token_urlsafe(32))
-        actor = actor_class.options(**self._options(spec)).remote(
-            spec, self.settings.ray_node_runtime, 0
-        )
-        timeout_s = self.settings.start_timeout_s
         try:
-            try:
-                async with asyncio.timeout(timeout_s):
-                    node = await actor.place.remote()
-            except TimeoutError:
-                raise NoNodeAvailable(await self._shortfall(spec)) from None
-            async with asyncio.timeout(timeout_s):
-                endpoint = await actor.start.remote()
+            async with asyncio.timeout(self.settings.start_timeout_s):
+                return await actor.start.remote(spec)
         except RayTaskError as exc:
-            ray.kill(actor, no_restart=True)
+            kill_actor(actor)
             cause = exc.cause if isinstance(exc.cause, Exception) else exc
             raise SandboxStartError(f"on its node: {cause}") from exc
         except RayActorError as exc:
-            ray.kill(actor, no_restart=True)
-            raise SandboxStartError(f"its actor died: {exc}") from exc
+            kill_actor(actor)
+            raise _Lost(f"its actor died: {exc}") from exc
         except BaseException:
-            ray.kill(actor, no_restart=True)
+            kill_actor(actor)
             raise
-        log.info("desktop %s placed on node %s (%s)", spec.id, node.address, node.id[:12])
-        return RaySandbox(actor, spec.id, endpoint, node)
 
     async def _shortfall(self, spec: SandboxSpec) -> str:
         """Why no node took the desktop: what it needs against what the cluster has free."""
@@ -292,6 +342,7 @@ class RayRuntime(Runtime):
         found = await asyncio.gather(
             *(self._find(name) for name in names if name.startswith(ACTOR_PREFIX))
         )
+        self._spares.start()  # after the search: it ends every spare it finds
         return [f for f in found if f is not None]
 
     async def _find(self, name: str) -> Found | None:
@@ -308,24 +359,32 @@ class RayRuntime(Runtime):
                 described = await actor.describe.remote()
         except (TimeoutError, ray.exceptions.RayError) as exc:
             log.warning("actor %s does not describe itself (%r): killing it", name, exc)
-            with contextlib.suppress(Exception):
-                ray.kill(actor, no_restart=True)
+            kill_actor(actor)
             return None
-        if described.ended is not None or described.endpoint is None:
+        if described.ended is not None or described.endpoint is None or not described.spec:
             log.info("actor %s holds no running desktop: ending it", name)
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(STOP_S):
                     await actor.stop.remote()
-            with contextlib.suppress(Exception):
-                ray.kill(actor, no_restart=True)
+            kill_actor(actor)
             return None
         sandbox = RaySandbox(actor, described.spec.id, described.endpoint, described.node)
         return Found(sandbox, described.spec, described.timeout_s, described.created_at)
 
     async def close(self) -> None:
+        await self._spares.stop()
         if self._connected_here:
             import ray
 
             self._connected_here = False
             self._actor_class = None
             await asyncio.to_thread(ray.shutdown)
+
+
+def _settle(waiting: asyncio.Future[Spare] | None, spares: Spares | None) -> None:
+    """Stop waiting for a spare; one that came meanwhile goes back."""
+    if waiting is None or spares is None:
+        return
+    if waiting.done() and not waiting.cancelled() and waiting.exception() is None:
+        spares.put_back(waiting.result())
+    waiting.cancel()

@@ -7,9 +7,10 @@ desktop with the node's own runtime (`local`, or another registered one) and ope
 protocol, secret included.
 
 The actor is named and detached: it outlives the service that made it, and a restarted
-service finds it again by its name. So that a desktop cannot be left running for ever when
-no service comes back, the actor stops it by itself once no service has asked after it for
-the desktop's idle timeout (a minute at least).
+service finds it again by its name. It may be placed ahead of its desktop (a spare, whose
+worker process is up when a create comes), and is given its desktop by `start`. So that
+nothing is left running for ever when no service comes back, the actor stops by itself
+once no service has asked after it for the desktop's idle timeout (a minute at least).
 
 Every call the control plane makes is short or a bounded long-poll (`poll_*`), so a service
 that dies leaves nothing hanging here.
@@ -52,9 +53,10 @@ class Polled:
 class Described:
     """A desktop actor's state, for a service that finds it again."""
 
-    spec: SandboxSpec
+    spec: SandboxSpec | None
+    """None until the desktop started (a spare)."""
     endpoint: GuestEndpoint | None
-    """None until the sandbox started."""
+    """None until the desktop started."""
     node: NodePlace
     timeout_s: int
     created_at: datetime
@@ -64,10 +66,11 @@ class Described:
 class DesktopActor:
     """One desktop on this node (a Ray actor: `ray.remote(DesktopActor)`)."""
 
-    def __init__(self, spec: SandboxSpec, runtime: str, timeout_s: int) -> None:
-        self.spec = spec
+    def __init__(self, runtime: str) -> None:
+        self.spec: SandboxSpec | None = None
+        """The desktop's, once started (a spare waits without one)."""
         self.runtime_name = runtime
-        self.timeout_s = timeout_s
+        self.timeout_s = 0
         self.created_at = datetime.now(UTC)
         context = ray.get_runtime_context()
         self.node = NodePlace(id=context.get_node_id(), address=ray.util.get_node_ip_address())
@@ -82,19 +85,23 @@ class DesktopActor:
         self._stopping: asyncio.Task[None] | None = None
 
     async def place(self) -> NodePlace:
-        """Where Ray put the desktop (answers once it is placed)."""
+        """Where Ray put the actor (answers once it is placed and its process runs)."""
+        self._last_seen = time.monotonic()
+        if not self._tasks:
+            self._tasks.append(asyncio.create_task(self._watch_for_orphan(), name="orphan"))
         return self.node
 
-    async def start(self) -> GuestEndpoint:
-        """Start the sandbox and open its door; returns where the service reaches it."""
+    async def start(self, spec: SandboxSpec) -> GuestEndpoint:
+        """Start the desktop and open its door; returns where the service reaches it."""
+        if self.spec is not None:
+            raise RuntimeError("this actor holds a desktop already")
+        self.spec = spec
+        self._last_seen = time.monotonic()
         runtime = make_runtime(self.runtime_name, Settings())
-        self._sandbox = await runtime.start(self.spec)
+        self._sandbox = await runtime.start(spec)
         self._door = TcpDoor(self._sandbox.endpoint, self.node.address)
         await self._door.start()
-        self._tasks = [
-            asyncio.create_task(self._pump(self._sandbox), name="pump-events"),
-            asyncio.create_task(self._watch_for_orphan(), name="watch-for-orphan"),
-        ]
+        self._tasks.append(asyncio.create_task(self._pump(self._sandbox), name="pump-events"))
         return self._door.endpoint
 
     async def _pump(self, sandbox: Sandbox) -> None:
@@ -139,7 +146,7 @@ class DesktopActor:
     async def describe(self) -> Described:
         self._last_seen = time.monotonic()
         endpoint = self._door.endpoint if self._door is not None else None
-        spec = replace(self.spec, secret=None)  # the endpoint carries it
+        spec = replace(self.spec, secret=None) if self.spec else None  # the endpoint has it
         return Described(spec, endpoint, self.node, self.timeout_s, self.created_at, self._ended)
 
     async def stop(self) -> None:
@@ -167,9 +174,8 @@ class DesktopActor:
             alone_s = time.monotonic() - self._last_seen
             if alone_s > max(float(self.timeout_s), ORPHAN_MIN_S):
                 break
-        log.warning(
-            "desktop %s: no service asked after it for %.0f s: stopping it", self.spec.id, alone_s
-        )
+        what = f"desktop {self.spec.id}" if self.spec else "spare"
+        log.warning("%s: no service asked after it for %.0f s: stopping it", what, alone_s)
         self._tasks.remove(asyncio.current_task())  # type: ignore[arg-type]
         await self.stop()
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
