@@ -1,12 +1,14 @@
 """`ray`: desktops placed through a Ray cluster, beside the local runtime on the same machine.
 
 A real cluster on this host (`tests.desktop.ray_cluster`: a head that offers no desktops and
-two worker nodes of six desktops each) and two services, one per runtime, neither with a
-warm pool (every create starts a desktop):
+two worker nodes of six desktops each) and three services, none with a warm pool (every
+create starts a desktop): the local runtime, the ray runtime as configured by default (one
+spare actor placed ahead), and the ray runtime without spares (`CUBICLE_RAY_SPARES=0`).
 
-- create: `POST /api/desktops` until it answers 201 (the desktop drawn), alternating the
-  two services round by round, each desktop killed before the next round. Through Ray the
-  create also places an actor and starts its worker process on the node.
+- create: `POST /api/desktops` until it answers 201 (the desktop drawn), the three services
+  in turn, in an order that turns round by round, each desktop killed before the next.
+  Through Ray a create takes the spare actor (placed while the other services created), or
+  without spares places an actor and waits for Ray to start its worker process.
 - click: one `click` action through `POST /api/desktops/{id}/actions` with `http.client` on
   a keep-alive connection, alternating a local desktop and a desktop on a worker node
   (the service reaches that one over TCP through the node's door).
@@ -25,7 +27,6 @@ import statistics
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -71,8 +72,12 @@ class NodeMemory:
 class RayResult:
     create_local: Summary
     create_ray: Summary
+    """Through Ray with a spare actor placed ahead (the default)."""
+    create_ray_without_spares: Summary
+    """Through Ray, each create placing its own actor (`CUBICLE_RAY_SPARES=0`)."""
     added_p50_ms: float
     """Ray's create p50 minus the local runtime's, milliseconds."""
+    added_without_spares_p50_ms: float
     click_local: Summary
     click_ray: Summary
     click_ratio_p50: float
@@ -91,19 +96,19 @@ def _timed_create(service: Service) -> tuple[float, str, str | None]:
     return time.perf_counter() - started, info.id, info.node.id if info.node else None
 
 
-def _creates(local: Service, ray: Service, rounds: int) -> tuple[list[float], list[float]]:
-    local_s, ray_s = [], []
+def _creates(services: list[Service], rounds: int) -> list[list[float]]:
+    samples: list[list[float]] = [[] for _ in services]
     for index in range(rounds):
-        order = [(local, local_s), (ray, ray_s)]
-        for service, samples in order if index % 2 == 0 else reversed(order):
-            seconds, desktop_id, _ = _timed_create(service)
-            samples.append(seconds)
-            service.kill_desktop(desktop_id)
+        turn = index % len(services)
+        for which in [*range(turn, len(services)), *range(turn)]:
+            seconds, desktop_id, _ = _timed_create(services[which])
+            samples[which].append(seconds)
+            services[which].kill_desktop(desktop_id)
+        figures = ", ".join(f"{s[-1]:.2f} s" for s in samples)
         progress(
-            f"ray: create round {index + 1}/{rounds}: "
-            f"local {local_s[-1]:.2f} s, ray {ray_s[-1]:.2f} s"
+            f"ray: create round {index + 1}/{rounds} (local, ray, ray without spares): {figures}"
         )
-    return local_s, ray_s
+    return samples
 
 
 class _Clicker:
@@ -227,41 +232,49 @@ def _memory(cluster: LocalCluster) -> tuple[list[NodeMemory], list[float]]:
 def run(options: Options) -> RayResult:
     rounds, click_rounds = (3, 40) if options.quick else (8, 200)
     bursts = BURSTS[:3] if options.quick else BURSTS
-    with ExitStack() as stack:
-        cluster = stack.enter_context(local_cluster(2, DESKTOPS_PER_NODE))
+    measured: list[Burst] = []
+    memory: list[NodeMemory] = []
+    actors: list[float] = []
+    with local_cluster(2, DESKTOPS_PER_NODE) as cluster:
         progress(f"ray: cluster up at {cluster.address}")
-        local = stack.enter_context(running_service(CUBICLE_WARM_POOL="0"))
-        ray = stack.enter_context(
-            running_service(
-                CUBICLE_WARM_POOL="0",
-                CUBICLE_RUNTIME="ray",
-                CUBICLE_RAY_ADDRESS=cluster.address,
-                CUBICLE_RAY_NAMESPACE="cubicle-bench",
-                CUBICLE_MAX_DESKTOPS="16",
-                CUBICLE_START_TIMEOUT_S="120",
-            )
-        )
-        _timed_create(ray)  # the first actor also starts the job's workers: not a sample
-        local_create, ray_create = _creates(local, ray, rounds)
-        local_click, ray_click = _clicks(local, ray, click_rounds)
-        for desktop_id in list(ray.desktop_ids):
-            ray.kill_desktop(desktop_id)
-        measured, memory, actors = [], [], []
-        for count in bursts:
-            burst, ids = _burst(ray, cluster, count)
-            measured.append(burst)
-            if count == bursts[-1]:
-                memory, actors = _memory(cluster)
-            for desktop_id in ids:
+        ray_env = {
+            "CUBICLE_WARM_POOL": "0",
+            "CUBICLE_RUNTIME": "ray",
+            "CUBICLE_RAY_ADDRESS": cluster.address,
+            "CUBICLE_MAX_DESKTOPS": "16",
+            "CUBICLE_START_TIMEOUT_S": "120",
+        }
+        with running_service(**ray_env, CUBICLE_RAY_NAMESPACE="bench") as ray:
+            with (
+                running_service(CUBICLE_WARM_POOL="0") as local,
+                running_service(
+                    **ray_env, CUBICLE_RAY_NAMESPACE="bench-cold", CUBICLE_RAY_SPARES="0"
+                ) as cold,
+            ):
+                for service in (local, ray, cold):  # first creates warm caches: no samples
+                    service.kill_desktop(_timed_create(service)[1])
+                local_create, ray_create, cold_create = _creates([local, ray, cold], rounds)
+                local_click, ray_click = _clicks(local, ray, click_rounds)
+            for desktop_id in list(ray.desktop_ids):
                 ray.kill_desktop(desktop_id)
+            for count in bursts:
+                burst, ids = _burst(ray, cluster, count)
+                measured.append(burst)
+                if count == bursts[-1]:
+                    memory, actors = _memory(cluster)
+                for desktop_id in ids:
+                    ray.kill_desktop(desktop_id)
     create_local, create_ray = summarize(local_create), summarize(ray_create)
+    create_cold = summarize(cold_create)
     click_local, click_ray = summarize(local_click), summarize(ray_click)
     added = round(create_ray.p50_ms - create_local.p50_ms, 1)
     click_ratio = round(click_ray.p50_ms / click_local.p50_ms, 2)
     return RayResult(
         create_local=create_local,
         create_ray=create_ray,
+        create_ray_without_spares=create_cold,
         added_p50_ms=added,
+        added_without_spares_p50_ms=round(create_cold.p50_ms - create_local.p50_ms, 1),
         click_local=click_local,
         click_ray=click_ray,
         click_ratio_p50=click_ratio,

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import expect
 
@@ -163,6 +164,35 @@ def test_click_type_screenshot_and_exec_on_a_desktop_of_each_worker(cluster, sta
                 "1280",
                 "800",
             )
+
+
+def test_a_desktop_door_answers_nobody_without_the_desktop_secret(cluster, state):
+    """The door listens on the node's address: without the desktop's own secret, or with
+    another desktop's, a caller gets 401 and nothing else, and everything keeps working."""
+    import ray
+
+    ray.init(address=cluster.address, namespace="cubicle-test", log_to_driver=False)
+    try:
+        ids = sorted(state.desktops)
+        doors = {
+            i: ray.get(ray.get_actor(f"cubicle-desktop-{i}").describe.remote()).endpoint
+            for i in ids
+        }
+    finally:
+        ray.shutdown()
+    door, other = doors[ids[0]], doors[ids[1]]
+    assert door.secret and other.secret and door.secret != other.secret
+    url = f"http://{door.host}:{door.port}"
+    for headers in ({}, {"Authorization": f"Bearer {other.secret}"}, {"Authorization": "x"}):
+        for method, path in [("GET", "/screenshot"), ("POST", "/exec"), ("POST", "/actions")]:
+            answer = httpx.request(method, url + path, headers=headers, json={"command": "id"})
+            assert answer.status_code == 401, (path, headers, answer.text)
+            assert b"PNG" not in answer.content and "uid=" not in answer.text
+    mine = {"Authorization": f"Bearer {door.secret}"}
+    assert httpx.get(f"{url}/health", headers=mine).status_code == 200
+    with state.service.client() as api:
+        for desktop_id in ids:
+            assert api.get(f"/api/desktops/{desktop_id}/cursor").status_code == 200
 
 
 def test_a_webrtc_viewer_plays_a_desktop_of_each_worker(cluster, state, browser):
