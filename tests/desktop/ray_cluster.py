@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 GiB = 1024**3
+DESKTOP_GIB = 2
+"""What a desktop reserves of Ray's `memory` resource by default (CUBICLE_MEMORY_MB)."""
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
 """Ray's floor is 75 MiB; desktops put nothing in it."""
 HEALTH_CHECKS = {
@@ -43,10 +45,9 @@ class LocalCluster:
         """The head's GCS address, as `CUBICLE_RAY_ADDRESS` takes it."""
         return self.cluster.address
 
-    def add_worker(
-        self, desktops: int = 2, memory_gib: float = 5, labels: dict[str, str] | None = None
-    ) -> Any:
-        """A worker node that offers `desktops` desktops and `memory_gib` of memory."""
+    def add_worker(self, desktops: int = 2, labels: dict[str, str] | None = None) -> Any:
+        """A worker node that offers `desktops` desktops and the memory they reserve."""
+        memory_gib = desktops * DESKTOP_GIB + 1
         data_dir = Path(tempfile.mkdtemp(prefix="cubicle-node-", dir="/var/tmp"))
         data_dir.chmod(0o711)  # the desktops' own users walk through it
         self.data_dirs.append(data_dir)
