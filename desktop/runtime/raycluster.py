@@ -12,8 +12,10 @@ carries no desktop traffic.
   fails with `NoNodeAvailable` (503), naming what the cluster lacks.
 - A node that dies fails its desktops only: Ray reports their actors dead, and `wait()`
   answers why (a node that stops answering altogether counts as lost after `SILENT_S`).
-- The actors outlive the service: a restarted service finds them again by their names
-  (`recover`), and an actor no service asks after stops its desktop by itself.
+- The actors outlive the service: a restarted service finds them again among the named
+  actors of its namespace (`recover`), and an actor no service asks after ends by itself.
+- Spare actors placed ahead (`desktop.runtime.rayspares`) spare a create the wait for
+  Ray to start a worker process.
 """
 
 from __future__ import annotations
@@ -22,15 +24,13 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from desktop.guest_client import GuestEndpoint
 from desktop.protocol.errors import InvalidRequest, NoNodeAvailable, SandboxStartError
-from desktop.protocol.models import GuestEvent
 from desktop.runtime.base import Found, NodePlace, Runtime, Sandbox, SandboxSpec
+from desktop.runtime.raysandbox import STOP_S, ActorLost, RaySandbox
 from desktop.runtime.rayspares import Spare, Spares, kill_actor
 from desktop.settings import Settings
 
@@ -39,105 +39,9 @@ log = logging.getLogger("cubicle.runtime.ray")
 ACTOR_PREFIX = "cubicle-desktop-"
 """Actor names are this and the desktop's id (or `spare-` and a token: placed ahead)."""
 SPARE_PREFIX = ACTOR_PREFIX + "spare-"
-LEASE_S = 5.0
-"""Longest a poll of a desktop's actor waits for news before it answers anyway."""
-SILENT_S = 15.0
-"""Seconds past a poll's lease without an answer after which the desktop's node counts as
-lost, whatever Ray says (Ray's own health checks usually tell sooner)."""
-STOP_S = 15.0
-"""Longest wait for an actor to stop its desktop before it is killed regardless."""
 FIND_S = 10.0
 """Longest wait for a found actor to describe itself on recovery."""
 MiB = 1024 * 1024
-
-
-class _Lost(Exception):
-    """The desktop's actor is gone or does not answer; the message says why."""
-
-
-def _actor_gone(exc: BaseException, node: NodePlace) -> str:
-    """Why an actor died, in one line, from Ray's error."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    cause = lines[-1] if lines else type(exc).__name__
-    return f"its node {node.address} (Ray node {node.id[:12]}) was lost: {cause}"
-
-
-class RaySandbox(Sandbox):
-    """A desktop held by an actor on some node of the cluster."""
-
-    detached = True
-
-    def __init__(self, actor: Any, spec_id: str, endpoint: GuestEndpoint, node: NodePlace):
-        self.id = spec_id
-        self.endpoint = endpoint
-        self.node = node
-        self._actor = actor
-        self._index = 0
-        self._lost: str | None = None
-        self._stopped = False
-
-    async def _call(self, method: str, *args: Any) -> Any:
-        """Call the actor, waiting at most a lease plus `SILENT_S`; `_Lost` if it is gone."""
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
-
-        for _attempt in range(3):
-            try:
-                async with asyncio.timeout(LEASE_S + SILENT_S):
-                    return await getattr(self._actor, method).remote(*args)
-            except TimeoutError:
-                raise _Lost(
-                    f"its node {self.node.address} (Ray node {self.node.id[:12]}) did not "
-                    f"answer for {LEASE_S + SILENT_S:.0f} s"
-                ) from None
-            except ActorUnavailableError:  # Ray is still finding out: ask again
-                await asyncio.sleep(1)
-            except (ActorDiedError, RayActorError) as exc:
-                raise _Lost(_actor_gone(exc, self.node)) from None
-        raise _Lost(f"its node {self.node.address} (Ray node {self.node.id[:12]}) is unavailable")
-
-    async def events(self) -> AsyncIterator[GuestEvent]:
-        while self._lost is None:
-            try:
-                polled = await self._call("poll_events", self._index, LEASE_S)
-            except _Lost as exc:
-                self._lost = str(exc)
-                return
-            self._index += len(polled.events)
-            for line in polled.events:
-                yield GuestEvent.model_validate_json(line)
-            if polled.events_done:
-                return
-
-    async def wait(self) -> str:
-        while self._lost is None and not self._stopped:
-            try:
-                ended = await self._call("poll_end", LEASE_S)
-            except _Lost as exc:
-                self._lost = str(exc)
-                break
-            if ended is not None:
-                return ended
-        return "stopped" if self._stopped else str(self._lost)
-
-    def kept(self, timeout_s: int, created_at: datetime) -> None:
-        if not self._stopped and self._lost is None:  # fire and forget, in call order
-            self._actor.keep.remote(timeout_s, created_at)
-
-    def pids(self) -> list[int]:
-        return []  # its processes run on another host
-
-    async def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        import ray
-
-        if self._lost is None:
-            with contextlib.suppress(_Lost):
-                async with asyncio.timeout(STOP_S):
-                    await self._call("stop")
-        with contextlib.suppress(Exception):  # an actor already gone has nothing to kill
-            ray.kill(self._actor, no_restart=True)
 
 
 class RayRuntime(Runtime):
@@ -160,7 +64,11 @@ class RayRuntime(Runtime):
                 "and every node"
             ) from exc
         self.settings = settings
-        self._spares = Spares(settings.ray_spares, self._make_spare)
+        self._spares = Spares(settings.ray_spares, self._make_spare, self._quiet)
+        self._booting: set[str] = set()
+        """Desktops started and not drawn (or failed) yet."""
+        self._none_booting = asyncio.Event()
+        self._none_booting.set()
         self._actor_class: Any = None
         self._connecting: asyncio.Lock | None = None
         self._connected_here = False
@@ -216,6 +124,15 @@ class RayRuntime(Runtime):
         options = self._options(f"{SPARE_PREFIX}{secrets.token_hex(6)}", self.settings.memory_mb)
         return self._actor_class.options(**options).remote(self.settings.ray_node_runtime)
 
+    def _booted(self, desktop_id: str) -> None:
+        self._booting.discard(desktop_id)
+        if not self._booting:
+            self._none_booting.set()
+
+    async def _quiet(self) -> None:
+        """Return once no desktop of this runtime is booting."""
+        await self._none_booting.wait()
+
     def _fits_spares(self, spec: SandboxSpec) -> bool:
         return not spec.node_labels and spec.memory_mb == self.settings.memory_mb
 
@@ -223,15 +140,22 @@ class RayRuntime(Runtime):
         await self._connect()
         self._spares.start()
         spec = replace(spec, secret=secrets.token_urlsafe(32))
-        for _attempt in range(3):
-            actor, node = await self._placed_actor(spec)
-            try:
-                endpoint = await self._start_on(actor, spec)
-            except _Lost as exc:  # a spare whose node died meanwhile: place anew
-                log.warning("desktop %s: %s; placing it again", spec.id, exc)
-                continue
-            log.info("desktop %s placed on node %s (%s)", spec.id, node.address, node.id[:12])
-            return RaySandbox(actor, spec.id, endpoint, node)
+        self._booting.add(spec.id)
+        self._none_booting.clear()
+        try:
+            for _attempt in range(3):
+                actor, node = await self._placed_actor(spec)
+                try:
+                    endpoint = await self._start_on(actor, spec)
+                except ActorLost as exc:  # a spare whose node died meanwhile: place anew
+                    log.warning("desktop %s: %s; placing it again", spec.id, exc)
+                    continue
+                log.info("desktop %s on node %s (%s)", spec.id, node.address, node.id[:12])
+                return RaySandbox(actor, spec.id, endpoint, node, booted=self._booted)
+        except BaseException:
+            self._booted(spec.id)
+            raise
+        self._booted(spec.id)
         raise SandboxStartError("its actor died three times before the desktop could start")
 
     async def _placed_actor(self, spec: SandboxSpec) -> tuple[Any, NodePlace]:
@@ -271,7 +195,7 @@ class RayRuntime(Runtime):
         raise NoNodeAvailable(await self._shortfall(spec))
 
     async def _start_on(self, actor: Any, spec: SandboxSpec) -> GuestEndpoint:
-        """Start the desktop on a placed actor; `_Lost` if the actor is gone."""
+        """Start the desktop on a placed actor; `ActorLost` if the actor is gone."""
         from ray.exceptions import RayActorError, RayTaskError
 
         try:
@@ -283,7 +207,7 @@ class RayRuntime(Runtime):
             raise SandboxStartError(f"on its node: {cause}") from exc
         except RayActorError as exc:
             kill_actor(actor)
-            raise _Lost(f"its actor died: {exc}") from exc
+            raise ActorLost(f"its actor died: {exc}") from exc
         except BaseException:
             kill_actor(actor)
             raise

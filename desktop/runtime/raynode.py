@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 import ray
 
 from desktop.guest_client import GuestEndpoint
-from desktop.runtime import Sandbox, SandboxSpec, make_runtime
+from desktop.runtime import Runtime, Sandbox, SandboxSpec, make_runtime
 from desktop.runtime.base import NodePlace
 from desktop.runtime.forward import TcpDoor
 from desktop.settings import Settings
@@ -74,10 +74,13 @@ class DesktopActor:
         self.created_at = datetime.now(UTC)
         context = ray.get_runtime_context()
         self.node = NodePlace(id=context.get_node_id(), address=ray.util.get_node_ip_address())
+        self._runtime: Runtime | None = None
         self._sandbox: Sandbox | None = None
         self._door: TcpDoor | None = None
         self._events: list[str] = []
         self._events_done = False
+        self._settled = -1
+        """Index of the last event that settled the desktop (`ready` or `failed`)."""
         self._ended: str | None = None
         self._changed = asyncio.Event()
         self._last_seen = time.monotonic()
@@ -85,10 +88,13 @@ class DesktopActor:
         self._stopping: asyncio.Task[None] | None = None
 
     async def place(self) -> NodePlace:
-        """Where Ray put the actor (answers once it is placed and its process runs)."""
+        """Where Ray put the actor (answers once it is placed, its process runs and the
+        node's runtime is loaded)."""
         self._last_seen = time.monotonic()
         if not self._tasks:
             self._tasks.append(asyncio.create_task(self._watch_for_orphan(), name="orphan"))
+        if self._runtime is None:
+            self._runtime = await asyncio.to_thread(make_runtime, self.runtime_name, Settings())
         return self.node
 
     async def start(self, spec: SandboxSpec) -> GuestEndpoint:
@@ -97,8 +103,9 @@ class DesktopActor:
             raise RuntimeError("this actor holds a desktop already")
         self.spec = spec
         self._last_seen = time.monotonic()
-        runtime = make_runtime(self.runtime_name, Settings())
-        self._sandbox = await runtime.start(spec)
+        if self._runtime is None:
+            self._runtime = await asyncio.to_thread(make_runtime, self.runtime_name, Settings())
+        self._sandbox = await self._runtime.start(spec)
         self._door = TcpDoor(self._sandbox.endpoint, self.node.address)
         await self._door.start()
         self._tasks.append(asyncio.create_task(self._pump(self._sandbox), name="pump-events"))
@@ -108,6 +115,8 @@ class DesktopActor:
         try:
             async for event in sandbox.events():
                 self._events.append(event.model_dump_json(exclude_none=True))
+                if event.event in ("ready", "failed"):
+                    self._settled = len(self._events) - 1
                 self._changed.set()
         finally:
             self._events_done = True
@@ -127,8 +136,11 @@ class DesktopActor:
         self._last_seen = time.monotonic()
 
     async def poll_events(self, index: int, lease_s: float) -> Polled:
-        """The guest's events from `index` on; waits up to `lease_s` for one."""
-        await self._until(lambda: len(self._events) > index or self._events_done, lease_s)
+        """The guest's events from `index` on; waits up to `lease_s` for one that settles
+        the desktop (`ready`, `failed`) or for their end: one call per start, not one per
+        stage."""
+
+        await self._until(lambda: self._events_done or self._settled >= index, lease_s)
         return Polled(tuple(self._events[index:]), self._events_done)
 
     async def poll_end(self, lease_s: float) -> str | None:

@@ -5,7 +5,9 @@ second, more on a busy node). The `ray` runtime therefore keeps `CUBICLE_RAY_SPA
 placed ahead, each holding the resources of one default desktop: a create of that kind
 takes one and only starts the desktop on it. A create that finds none places its own actor
 and takes whichever comes first, its own or the next spare, so a spare never makes a
-create wait. A spare nobody asks after for a minute (its service died) ends itself.
+create wait. Spares are placed while no desktop of the service boots (a worker process
+starting takes CPU a booting desktop wants). A spare nobody asks after for a minute (its
+service died) ends itself.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -34,11 +36,15 @@ class Spare:
 
 
 class Spares:
-    """Keeps `count` spare actors placed; `make()` creates one (pending until placed)."""
+    """Keeps `count` spare actors placed; `make()` creates one (pending until placed), once
+    `quiet()` returns: starting a worker process takes CPU a booting desktop wants."""
 
-    def __init__(self, count: int, make: Callable[[], Any]) -> None:
+    def __init__(
+        self, count: int, make: Callable[[], Any], quiet: Callable[[], Awaitable[None]]
+    ) -> None:
         self.count = count
         self._make = make
+        self._quiet = quiet
         self._ready: list[Spare] = []
         self._added = asyncio.Event()
         self._taken = asyncio.Event()
@@ -83,6 +89,7 @@ class Spares:
                 for spare in self._ready:
                     spare.actor.keep.remote(0, now)  # fire and forget
                 continue
+            await self._quiet()
             actor = self._make()
             try:
                 node = await actor.place.remote()

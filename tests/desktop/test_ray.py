@@ -92,6 +92,13 @@ def sandbox_running(desktop_id: str) -> bool:
     return False
 
 
+def test_the_ray_runtime_without_a_cluster_address_is_a_clear_422(api):
+    answer = api.post("/api/desktops", json={"runtime": "ray"})
+    assert answer.status_code == 422
+    assert "CUBICLE_RAY_ADDRESS" in answer.json()["detail"]
+    assert api.get("/api/desktops").status_code == 200
+
+
 def test_four_desktops_spread_over_both_workers(cluster: LocalCluster, state):
     with state.service.client() as api:
         with ThreadPoolExecutor(4) as pool:
