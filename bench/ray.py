@@ -6,7 +6,9 @@ create starts a desktop): the local runtime, the ray runtime as configured by de
 spare actor placed ahead), and the ray runtime without spares (`CUBICLE_RAY_SPARES=0`).
 
 - create: `POST /api/desktops` until it answers 201 (the desktop drawn), the three services
-  in turn, in an order that turns round by round, each desktop killed before the next.
+  in turn, in an order that turns round by round, each desktop killed before the next. What
+  Ray adds is the difference of the medians, and (steadier on a busy host) the median of
+  each round's difference.
   Through Ray a create takes the spare actor (placed while the other services created), or
   without spares places an actor and waits for Ray to start its worker process.
 - click: one `click` action through `POST /api/desktops/{id}/actions` with `http.client` on
@@ -77,6 +79,9 @@ class RayResult:
     """Through Ray, each create placing its own actor (`CUBICLE_RAY_SPARES=0`)."""
     added_p50_ms: float
     """Ray's create p50 minus the local runtime's, milliseconds."""
+    added_paired_ms: float
+    """The median over rounds of Ray's create minus the local one of the same round,
+    milliseconds: less swayed by the host's load, which moves both alike."""
     added_without_spares_p50_ms: float
     click_local: Summary
     click_ray: Summary
@@ -268,12 +273,14 @@ def run(options: Options) -> RayResult:
     create_cold = summarize(cold_create)
     click_local, click_ray = summarize(local_click), summarize(ray_click)
     added = round(create_ray.p50_ms - create_local.p50_ms, 1)
+    paired = statistics.median(r - lo for r, lo in zip(ray_create, local_create, strict=True))
     click_ratio = round(click_ray.p50_ms / click_local.p50_ms, 2)
     return RayResult(
         create_local=create_local,
         create_ray=create_ray,
         create_ray_without_spares=create_cold,
         added_p50_ms=added,
+        added_paired_ms=round(paired * 1000, 1),
         added_without_spares_p50_ms=round(create_cold.p50_ms - create_local.p50_ms, 1),
         click_local=click_local,
         click_ray=click_ray,
