@@ -173,10 +173,8 @@ class AnthropicComputer:
             button, count = _CLICKS[action]
             point = at()
             x, y = point or (None, None)
-            click = a.Click(
-                x=x, y=y, button=button, count=count, modifiers=_modifiers(tool_input, action)
-            )
-            return ToolStep((click,), label=label, point=point)
+            click = a.Click(x=x, y=y, button=button, count=count)
+            return ToolStep(held(_modifiers(tool_input, action), [click]), label=label, point=point)
         if action == "mouse_move":
             point = at() or _required(action, "coordinate")
             return ToolStep((a.Move(x=point[0], y=point[1]),), label=label, point=point)

@@ -160,8 +160,8 @@ class OpenAIComputer:
                 )
             x, y = at()
             count = 2 if kind == "double_click" else 1
-            click = a.Click(x=x, y=y, button=button, count=count, modifiers=keys)
-            return ToolStep((click,), label=label, point=(x, y))
+            click = a.Click(x=x, y=y, button=button, count=count)
+            return ToolStep(held(keys, [click]), label=label, point=(x, y))
         if kind == "move":
             x, y = at()
             return ToolStep(held(keys, [a.Move(x=x, y=y)]), label=label, point=(x, y))

@@ -69,11 +69,19 @@ def text_of(payload: Mapping[str, Any], field: str, action: str) -> str:
     raise InvalidRequest(f"{action}: {field} must be a non-empty string; got {value!r}")
 
 
+_HOLD_AFTER_MS = 50
+"""Milliseconds modifiers stay down after the pointer input they modify. A window manager
+that grabs the button (xfwm4 does, to focus on click) freezes the pointer until it hands the
+click on; keys released before then would reach the window ahead of the later presses."""
+
+
 def held(modifiers: Sequence[str], inner: Sequence[a.Action]) -> tuple[a.Action, ...]:
     """`inner` with `modifiers` held down around it (pressed in order, released in reverse)."""
+    if not modifiers:
+        return tuple(inner)
     downs = [a.KeyDown(key=key) for key in modifiers]
     ups = [a.KeyUp(key=key) for key in reversed(modifiers)]
-    return (*downs, *inner, *ups)
+    return (*downs, *inner, a.Wait(ms=_HOLD_AFTER_MS), *ups)
 
 
 def waits(ms: int) -> list[a.Action]:

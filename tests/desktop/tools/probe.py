@@ -87,3 +87,12 @@ def presses(events: list[Event]) -> list[Event]:
 def keys(events: list[Event]) -> list[tuple[str, list[str]]]:
     """(keysym, modifiers held) of every key press."""
     return [(e["keysym"], e["mods"]) for e in events if e["e"] == "key"]
+
+
+def typed(events: list[Event]) -> str:
+    """The text the key presses typed."""
+    return "".join(e["char"] for e in events if e["e"] == "key")
+
+
+def scrolls(events: list[Event]) -> list[Event]:
+    return [e for e in events if e["e"] == "scroll"]

@@ -8,18 +8,22 @@ shows a maximized window titled `cubicle-probe` and appends one JSON line to LOG
     {"e": "area", "x": 0, "y": 53, "w": 1280, "h": 747}    where it is after a move or resize
     {"e": "press", "button": 1, "x": 300, "y": 200, "mods": ["ctrl"]}   screen pixels
     {"e": "release", "button": 1, "x": 300, "y": 200, "mods": ["ctrl"]}
-    {"e": "key", "keysym": "a", "mods": ["ctrl"]}       a key press, its unshifted name
+    {"e": "key", "keysym": "a", "char": "A", "mods": ["shift"]}   a key press: the unshifted
+                                               name, the character it types
+    {"e": "key_up", "keysym": "a", "char": "A", "mods": ["shift"]}
     {"e": "scroll", "direction": "down", "x": 640, "y": 400, "mods": [], "view_y": 3}
     {"e": "motion", "x": 640, "y": 400, "buttons": [1]}
 
 A scroll moves the pad's view by a line per wheel click, as an editor's would: `view_x` and
-`view_y` are its offset after the click.
+`view_y` are its offset after the click. Every line also has `t`, the monotonic clock's
+seconds when the event was handled.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 _MODS = ((1 << 0, "shift"), (1 << 2, "ctrl"), (1 << 3, "alt"), (1 << 26, "super"))
 _BUTTONS = ((1 << 8, 1), (1 << 9, 2), (1 << 10, 3))
@@ -31,13 +35,13 @@ def main() -> None:
 
     gi.require_version("Gtk", "3.0")
     gi.require_version("Gdk", "3.0")
-    from gi.repository import Gdk, Gtk
+    from gi.repository import Gdk, GLib, Gtk
 
     out = open(sys.argv[1], "a", buffering=1)  # noqa: SIM115 - lives as long as the program
     view = [0, 0]
 
     def log(**fields: object) -> None:
-        out.write(json.dumps(fields) + "\n")
+        out.write(json.dumps({**fields, "t": round(time.monotonic(), 3)}) + "\n")
 
     def mods(state: int) -> list[str]:
         return [name for mask, name in _MODS if state & mask]
@@ -77,7 +81,10 @@ def main() -> None:
 
     def on_key(_: object, event: Gdk.EventKey) -> bool:
         name = Gdk.keyval_name(Gdk.keyval_to_lower(event.keyval))
-        log(e="key", keysym=name, mods=mods(int(event.state)))
+        kind = "key" if event.type == Gdk.EventType.KEY_PRESS else "key_up"
+        code = Gdk.keyval_to_unicode(event.keyval)
+        char = chr(code) if code >= 0x20 else ""
+        log(e=kind, keysym=name, char=char, mods=mods(int(event.state)))
         return True
 
     def area(kind: str) -> None:
@@ -95,7 +102,8 @@ def main() -> None:
     pad.connect("scroll-event", on_scroll)
     pad.connect("motion-notify-event", on_motion)
     win.connect("key-press-event", on_key)
-    win.connect("configure-event", lambda *_: area("area") and False)
+    win.connect("key-release-event", on_key)
+    pad.connect("size-allocate", lambda *_: GLib.idle_add(lambda: area("area")))
     win.connect("notify::is-active", on_active)
     win.connect("destroy", Gtk.main_quit)
     win.maximize()
