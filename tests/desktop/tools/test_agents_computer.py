@@ -22,25 +22,10 @@ async def test_computer_tool_drives_the_desktop_in_an_agent_run(
     probe = focused_probe
     px, py, pw, ph = probe.area
     target = (px + pw // 2, py + ph // 2)
-    fake_vendor.script(
-        "responses",
-        [
-            computer_call(
-                [
-                    {
-                        "type": "click",
-                        "button": "left",
-                        "x": target[0],
-                        "y": target[1],
-                        "keys": ["CTRL"],
-                    },
-                    {"type": "type", "text": "agents ✓"},
-                    {"type": "keypress", "keys": ["ENTER"]},
-                ]
-            ),
-            response_text("Typed it."),
-        ],
-    )
+    click = {"type": "click", "button": "left", "x": target[0], "y": target[1], "keys": ["CTRL"]}
+    typing = [{"type": "type", "text": "agents ✓"}, {"type": "keypress", "keys": ["ENTER"]}]
+    acting = computer_call([click, *typing])
+    fake_vendor.script("responses", [acting, response_text("Typed it.")])
     client = AsyncOpenAI(base_url=fake_vendor.url + "/v1", api_key="k")
     model = OpenAIResponsesModel(model="gpt-5.4", openai_client=client)
     agent = Agent(name="operator", model=model, tools=[ComputerTool(CubicleComputer(big_desktop))])

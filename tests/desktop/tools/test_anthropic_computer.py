@@ -139,7 +139,7 @@ async def test_every_action_acts_on_the_desktop(big_desktop, focused_probe, vers
     )
     await run("left_click_drag", drag)
     events = await probe.wait_for(lambda e: [x for x in e if x["e"] == "release"] and e, mark)
-    press, release = presses(events)[0], [e for e in events if e["e"] == "release"][0]
+    press, release = presses(events)[0], next(e for e in events if e["e"] == "release")
     assert close((press["x"], press["y"]), start) and close((release["x"], release["y"]), end)
     assert press["mods"] == ["ctrl"] and release["mods"] == ["ctrl"]
     assert any(e["e"] == "motion" and 1 in e["buttons"] for e in events)  # dragged, held

@@ -60,7 +60,7 @@ def close(point, target, slack: int = 2) -> bool:
 
 async def test_every_action_in_batches_acts_on_the_desktop(big_desktop, focused_probe):
     probe, computer = focused_probe, OpenAIComputer(big_desktop)
-    px, py, pw, ph = probe.area
+    px, py, _, _ = probe.area
     assert computer.tool_param() == {"type": "computer"}
 
     mark = await probe.mark()
