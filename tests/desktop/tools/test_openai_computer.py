@@ -63,22 +63,24 @@ async def test_every_action_in_batches_acts_on_the_desktop(big_desktop, focused_
     px, py, _, _ = probe.area
     assert computer.tool_param() == {"type": "computer"}
 
+    buttons = {"left": 1, "right": 3, "wheel": 2, "back": 8, "forward": 9}
+    for index, (button, number) in enumerate(buttons.items()):
+        target = (px + 100 + 120 * index, py + 300)
+        mark = await probe.mark()
+        clicked = Click(type="click", button=button, x=target[0], y=target[1])
+        output = await computer.call_output(call(clicked, Screenshot(type="screenshot")))
+        OUTPUT.validate_python(output)
+        assert output["call_id"] == "call_1" and screenshot_of(output).size == SCREEN
+        got = await probe.wait_for(presses, mark)
+        assert [(p["button"], p["x"], p["y"]) for p in got] == [(number, *target)]
+
     mark = await probe.mark()
-    buttons = ["left", "right", "wheel", "back", "forward"]
-    batch = [
-        Click(type="click", button=b, x=px + 100 + 120 * i, y=py + 300)
-        for i, b in enumerate(buttons)
-    ]
-    batch.append(DoubleClick(type="double_click", x=px + 800, y=py + 300, keys=["SHIFT"]))
-    output = await computer.call_output(call(*batch, Screenshot(type="screenshot")))
-    OUTPUT.validate_python(output)
-    assert output["call_id"] == "call_1" and screenshot_of(output).size == SCREEN
-    got = await probe.wait_for(lambda e: len(presses(e)) >= 7 and presses(e), mark)
-    assert [p["button"] for p in got] == [1, 3, 2, 8, 9, 1, 1]
-    assert all(
-        close((p["x"], p["y"]), (px + 100 + 120 * i, py + 300)) for i, p in enumerate(got[:5])
-    )
-    assert [p["mods"] for p in got[5:]] == [["shift"], ["shift"]]
+    double = DoubleClick(type="double_click", x=px + 800, y=py + 300, keys=["SHIFT"])
+    await computer(call(double, Type(type="type", text="after")))
+    got = await probe.wait_for(lambda e: len(presses(e)) >= 2 and typed(e) == "after" and e, mark)
+    assert [(p["button"], p["x"], p["y"], p["mods"]) for p in presses(got)] == [
+        (1, px + 800, py + 300, ["shift"])
+    ] * 2
 
     mark = await probe.mark()
     path = [DragPath(x=px + 200, y=py + 200), DragPath(x=px + 400, y=py + 260)]
