@@ -6,6 +6,7 @@ cubicle desktop ls                 list desktops
 cubicle desktop screenshot ID -o shot.png
 cubicle desktop kill ID
 cubicle run "TASK" --model-url URL --model NAME   run the agent on a fresh desktop
+cubicle mcp                        serve MCP on stdin/stdout (for Claude Desktop and the like)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
     from agent.api import router as runs_router  # the assembly is where the rooms meet
     from agent.board.api import router as board_router
     from desktop.app import create_app
+    from desktop.mcp.http import router as mcp_router
     from desktop.settings import Settings
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
@@ -44,7 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"\nCubicle is running: {url}\nTask board: {board}\n", flush=True)
 
     uvicorn.run(
-        create_app(settings, on_ready=announce, routers=[runs_router, board_router]),
+        create_app(settings, on_ready=announce, routers=[runs_router, board_router, mcp_router()]),
         host=settings.host,
         port=settings.port,
         log_level="warning",
@@ -80,6 +82,15 @@ async def _desktop(args: argparse.Namespace) -> int:
             print(f"killed {args.id}")
     finally:
         await d.close()
+    return 0
+
+
+async def _mcp(args: argparse.Namespace) -> int:
+    from desktop.mcp.server import serve_stdio
+    from desktop.mcp.session import Connection
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout carries MCP
+    await serve_stdio(Connection.resolve(args.url, args.token))
     return 0
 
 
@@ -209,12 +220,18 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--network", action="store_true", help="give a fresh desktop a network")
     run.add_argument("--data-dir", help="where runs are recorded (CUBICLE_DATA_DIR)")
 
+    mcp = commands.add_parser("mcp", help="serve MCP on stdin/stdout for a running service")
+    mcp.add_argument("--url", help="the service (CUBICLE_URL, default http://127.0.0.1:8000)")
+    mcp.add_argument("--token", help="its token (CUBICLE_TOKEN, default the token file)")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
             return _serve(args)
         if args.command == "run":
             return asyncio.run(_run(args))
+        if args.command == "mcp":
+            return asyncio.run(_mcp(args))
         return asyncio.run(_desktop(args))
     except CubicleError as exc:
         print(f"cubicle: {exc.message}", file=sys.stderr)

@@ -513,9 +513,7 @@ class InputController:
 
 def _button_number(button: str) -> int:
     if button not in _BUTTONS:
-        raise InvalidRequest(
-            f"unknown button {button!r}: use left, right, middle, back or forward"
-        )
+        raise InvalidRequest(f"unknown button {button!r}: use left, right, middle, back or forward")
     return _BUTTONS[button]
 
 
