@@ -122,10 +122,11 @@ class Desktops:
 def result(
     text: str, data: dict[str, Any] | None = None, *images: tuple[bytes, str]
 ) -> CallToolResult:
-    """A tool result: a line of text, the data as structured content (and as JSON text for
-    clients that read only text), and images as (bytes, media type)."""
+    """A tool result: text for the model, the data as structured content (and serialized as
+    a second text block, as the MCP spec asks, for clients that read text only), and images
+    as (bytes, media type)."""
     content: list[TextContent | ImageContent] = [TextContent(type="text", text=text)]
-    if data is not None and len(json.dumps(data)) > len(text):
+    if data is not None:
         content.append(TextContent(type="text", text=json.dumps(data, ensure_ascii=False)))
     for data_bytes, media_type in images:
         encoded = base64.b64encode(data_bytes).decode("ascii")
