@@ -291,6 +291,8 @@ _POINTS = {
     "from 0 to 1000 across the screenshot (x from the left, y from the top).",
     "0-1": "",  # points must be whole numbers: relative ones cannot be given
 }
+
+
 class ChatPlanner(ChatModelPlanner):
     """Any vision chat model, answering one JSON action per step (see `agent.actions`).
 

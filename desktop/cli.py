@@ -199,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--api-key", help="its API key (OPENAI_API_KEY)")
     run.add_argument("--model", help="the planner model (CUBICLE_PLANNER_MODEL)")
     run.add_argument(
-        "--planner", choices=["json", "ui-tars"], help="planner kind (default: by name)"
+        "--planner",
+        choices=["json", "ui-tars", "anthropic", "openai-computer"],
+        help="planner kind (default: by name); anthropic and openai-computer use the "
+        "vendor's computer tool, --model-url then being the vendor's API",
     )
     run.add_argument("--planner-family", help="frame of points in its answers (default: by name)")
     run.add_argument(
