@@ -259,8 +259,8 @@ def test_off_screen_and_bad_arguments_send_nothing(controller: InputController) 
         controller.click(-1, 5)
     with pytest.raises(OffScreen):
         controller.drag([(100, 100), (100, 900)])
-    with pytest.raises(InvalidRequest, match="use left, right or middle"):
-        controller.click(50, 50, button="back")
+    with pytest.raises(InvalidRequest, match="use left, right, middle, back or forward"):
+        controller.click(50, 50, button="side")
     with pytest.raises(InvalidRequest, match="both x and y"):
         controller.click(50, None)
     with pytest.raises(UnknownKey):
