@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from desktop.actions import Action as DesktopAction
+from desktop.protocol.actions import Action as DesktopAction
 
 Point = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]
 """(x, y): in the model's frame as the model wrote it, in screen pixels once planned."""

@@ -18,7 +18,7 @@ from agent.planner import ChatPlanner, Planner
 from agent.settings import TOOL_KINDS, AgentSettings
 from agent.steps import RunRecord
 from agent.store import RunStore
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 from desktop.sdk import AsyncDesktop
 
 

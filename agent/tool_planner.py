@@ -94,7 +94,7 @@ class ToolPlanner(Planner):
         return None
 
     async def decide(self, observation: Observation, history: Sequence[PastStep]) -> Decision:
-        from desktop.errors import CubicleError
+        from desktop.protocol.errors import CubicleError
 
         started = time.perf_counter()
         shot = await asyncio.to_thread(encode_png, observation.screenshot, self.frame_size)

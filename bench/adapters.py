@@ -36,7 +36,7 @@ from bench._run import Options, progress
 from bench._service import Service, running_service
 from bench._stats import summarize
 from desktop import AsyncDesktop
-from desktop import actions as a
+from desktop.protocol import actions as a
 from desktop.tools import AnthropicComputer, CubicleComputer, CubicleFunctions, OpenAIComputer
 
 POINT = (640, 400)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from desktop.models import A11yNode, A11yTree
+from desktop.protocol.models import A11yNode, A11yTree
 
 _A11Y_SHOWN = {"focused", "checked", "selected", "pressed", "expanded"}
 

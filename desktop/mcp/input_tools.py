@@ -13,9 +13,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from desktop import actions as a
-from desktop.errors import OffScreen
 from desktop.mcp.session import Desktops, Held, guarded, result
+from desktop.protocol import actions as a
+from desktop.protocol.errors import OffScreen
 from desktop.tools.frame import Frame
 from desktop.tools.step import MEDIA_TYPES, held
 

@@ -19,8 +19,12 @@ import httpx
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ImageContent, TextContent
 
-from desktop._http import raise_for_error
-from desktop.errors import CubicleError, DesktopNotFound, DesktopUnavailable
+from desktop.protocol.errors import (
+    CubicleError,
+    DesktopNotFound,
+    DesktopUnavailable,
+    raise_for_status,
+)
 from desktop.sdk import AsyncDesktop
 from desktop.tools.frame import Frame
 
@@ -106,7 +110,7 @@ class Desktops:
     async def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """A JSON call to the service; its error as the `CubicleError` it carries."""
         response = await self.http.request(method, path, **kwargs)
-        raise_for_error(response)
+        raise_for_status(response.status_code, response.content)
         return response.json() if response.content else None
 
     async def stop(self) -> None:

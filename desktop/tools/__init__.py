@@ -11,9 +11,8 @@ first use, so importing this package pulls in no vendor library.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from desktop._lazy import lazy_names
+import importlib
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from desktop.tools.agents import BlockingCubicleComputer, CubicleComputer
@@ -24,12 +23,15 @@ if TYPE_CHECKING:
     from desktop.tools.step import ToolStep
 
 _HOMES = {
-    "desktop.tools.agents": ("BlockingCubicleComputer", "CubicleComputer"),
-    "desktop.tools.anthropic": ("AnthropicComputer",),
-    "desktop.tools.frame": ("Frame",),
-    "desktop.tools.openai": ("OpenAIComputer",),
-    "desktop.tools.schema": ("CubicleFunctions", "FunctionResult", "function_tools"),
-    "desktop.tools.step": ("ToolStep",),
+    "BlockingCubicleComputer": "desktop.tools.agents",
+    "CubicleComputer": "desktop.tools.agents",
+    "AnthropicComputer": "desktop.tools.anthropic",
+    "Frame": "desktop.tools.frame",
+    "OpenAIComputer": "desktop.tools.openai",
+    "CubicleFunctions": "desktop.tools.schema",
+    "FunctionResult": "desktop.tools.schema",
+    "function_tools": "desktop.tools.schema",
+    "ToolStep": "desktop.tools.step",
 }
 __all__ = [
     "AnthropicComputer",
@@ -44,4 +46,7 @@ __all__ = [
 ]
 
 
-__getattr__ = lazy_names("desktop.tools", _HOMES)
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'desktop.tools' has no attribute {name!r}")

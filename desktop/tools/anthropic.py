@@ -29,8 +29,8 @@ import base64
 from collections.abc import Mapping
 from typing import Any, Literal, cast
 
-from desktop import actions as a
-from desktop.errors import CubicleError, InvalidRequest
+from desktop.protocol import actions as a
+from desktop.protocol.errors import CubicleError, InvalidRequest
 from desktop.sdk import AsyncDesktop
 from desktop.tools.frame import Frame
 from desktop.tools.step import (

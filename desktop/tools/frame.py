@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from desktop.errors import OffScreen
+from desktop.protocol.errors import OffScreen
 
 Size = tuple[int, int]
 """(width, height) in pixels."""

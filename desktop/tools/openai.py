@@ -20,8 +20,8 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from desktop import actions as a
-from desktop.errors import InvalidRequest
+from desktop.protocol import actions as a
+from desktop.protocol.errors import InvalidRequest
 from desktop.sdk import AsyncDesktop
 from desktop.tools.frame import Frame
 from desktop.tools.step import FrameScreen, ImageFormat, ToolStep, held, point_of, text_of

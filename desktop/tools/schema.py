@@ -23,8 +23,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import ValidationError
 
-from desktop import actions as a
-from desktop.errors import InvalidRequest
+from desktop.protocol import actions as a
+from desktop.protocol.errors import InvalidRequest
 from desktop.sdk import AsyncDesktop
 from desktop.tools.frame import Frame
 from desktop.tools.step import FrameScreen, ImageFormat

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from desktop import actions as a
-from desktop.errors import InvalidRequest, OffScreen
+from desktop.protocol import actions as a
+from desktop.protocol.errors import InvalidRequest, OffScreen
 from desktop.sdk import AsyncDesktop
 from desktop.tools.frame import Frame, Size
 

@@ -11,8 +11,8 @@ import sys
 import httpx
 import pytest
 
+from desktop import A11yTree
 from desktop.guest.a11y import find
-from desktop.models import A11yTree
 from tests.agent.board_api import FINISHED, add, set_board, wait_status
 from tests.agent.fake_vendors import (
     FakeVendorServer,
