@@ -69,13 +69,15 @@ async def _time(ways: dict[str, Call], rounds: int) -> dict[str, dict[str, Any]]
             await call()
             samples[name].append(time.perf_counter() - started)
     summaries = {name: summarize(values) for name, values in samples.items()}
-    base = summaries[next(iter(ways))].p50_ms
+    base = summaries["rest"].p50_ms
+    sdk = summaries["sdk"].p50_ms
     return {
         name: {
             "p50_ms": s.p50_ms,
             "p95_ms": s.p95_ms,
             "n": s.n,
             "overhead_ms": round(s.p50_ms - base, 3),
+            "overhead_vs_sdk_ms": round(s.p50_ms - sdk, 3),
         }
         for name, s in summaries.items()
     }
