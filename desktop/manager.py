@@ -191,7 +191,7 @@ class SandboxManager:
         """Start a desktop (or take a warm one) and return once it is drawn."""
         runtime = request.runtime or self.settings.runtime
         # an unknown runtime, or node labels it cannot honour, is a 422 before anything starts
-        if request.node and not self.runtime(runtime).places_on_nodes:
+        if not self.runtime(runtime).places_on_nodes and request.node:
             raise InvalidRequest(
                 f"node labels choose a cluster node, and the {runtime} runtime has none: "
                 "use the ray runtime or leave out `node`"

@@ -84,8 +84,8 @@ def local_cluster(workers: int = 2, desktops_each: int = 2) -> Iterator[LocalClu
     )
     local = LocalCluster(cluster)
     try:
-        for _ in range(workers):
-            local.add_worker(desktops_each)
+        for index in range(workers):  # labelled, for desktops that ask for a node
+            local.add_worker(desktops_each, labels={"worker": str(index)})
         cluster.wait_for_nodes(timeout=60)
         yield local
     finally:

@@ -96,7 +96,20 @@ def test_the_ray_runtime_without_a_cluster_address_is_a_clear_422(api):
     answer = api.post("/api/desktops", json={"runtime": "ray"})
     assert answer.status_code == 422
     assert "CUBICLE_RAY_ADDRESS" in answer.json()["detail"]
+    unknown = api.post("/api/desktops", json={"runtime": "nope"})
+    assert unknown.status_code == 422 and "unknown runtime" in unknown.json()["detail"]
     assert api.get("/api/desktops").status_code == 200
+
+
+def test_node_labels_pin_the_node(cluster: LocalCluster, state):
+    with state.service.client() as api:
+        for index, worker in enumerate(cluster.workers):
+            answer = api.post("/api/desktops", json={"node": {"worker": index}})
+            assert answer.status_code == 201, answer.text
+            assert answer.json()["node"]["id"] == worker.node_id
+            assert api.delete(f"/api/desktops/{answer.json()['id']}").status_code == 204
+        bad = api.post("/api/desktops", json={"node": {"no such/label!": 1}})
+        assert bad.status_code == 422
 
 
 def test_four_desktops_spread_over_both_workers(cluster: LocalCluster, state):
