@@ -37,8 +37,8 @@ from desktop.settings import Settings
 log = logging.getLogger("cubicle.runtime.ray")
 
 ACTOR_PREFIX = "cubicle-desktop-"
-"""Actor names are this and the desktop's id (or `spare-` and a token: placed ahead)."""
-SPARE_PREFIX = ACTOR_PREFIX + "spare-"
+"""Actor names are this and a token: an actor may be placed ahead of its desktop (a spare),
+so it is found by its prefix and tells its desktop itself (`describe`)."""
 FIND_S = 10.0
 """Longest wait for a found actor to describe itself on recovery."""
 MiB = 1024 * 1024
@@ -120,9 +120,12 @@ class RayRuntime(Runtime):
             "label_selector": dict(labels) or None,
         }
 
-    def _make_spare(self) -> Any:
-        options = self._options(f"{SPARE_PREFIX}{secrets.token_hex(6)}", self.settings.memory_mb)
+    def _make_actor(self, memory_mb: int, labels: tuple[tuple[str, str], ...] = ()) -> Any:
+        options = self._options(f"{ACTOR_PREFIX}{secrets.token_hex(6)}", memory_mb, labels)
         return self._actor_class.options(**options).remote(self.settings.ray_node_runtime)
+
+    def _make_spare(self) -> Any:
+        return self._make_actor(self.settings.memory_mb)
 
     def _booted(self, desktop_id: str) -> None:
         self._booting.discard(desktop_id)
@@ -164,8 +167,7 @@ class RayRuntime(Runtime):
         spares = self._spares if self._fits_spares(spec) else None
         if spares is not None and (spare := spares.take_now()) is not None:
             return spare.actor, spare.node
-        options = self._options(ACTOR_PREFIX + spec.id, spec.memory_mb, spec.node_labels)
-        actor = self._actor_class.options(**options).remote(self.settings.ray_node_runtime)
+        actor = self._make_actor(spec.memory_mb, spec.node_labels)
         own = asyncio.ensure_future(actor.place.remote())
         other = asyncio.ensure_future(spares.next()) if spares is not None else None
         waiting = {own} if other is None else {own, other}
@@ -178,9 +180,10 @@ class RayRuntime(Runtime):
             kill_actor(actor)
             _settle(other, spares)
             raise
-        if other is not None and other in done and own not in done:
-            own.cancel()
-            kill_actor(actor)
+        if spares is not None and other is not None and other in done and own not in done:
+            # Its own actor becomes a spare once placed: ending it would cost its process
+            # start and nudge Ray's round robin (`spread`) back to the node the spare was on.
+            spares.adopt(actor, own)
             spare = other.result()
             return spare.actor, spare.node
         _settle(other, spares)

@@ -49,6 +49,7 @@ class Spares:
         self._added = asyncio.Event()
         self._taken = asyncio.Event()
         self._keeping: asyncio.Task[None] | None = None
+        self._adopting: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """Begin placing spares (once connected to the cluster); idempotent."""
@@ -70,6 +71,23 @@ class Spares:
         spare = self.take_now()
         assert spare is not None
         return spare
+
+    def adopt(self, actor: Any, placing: asyncio.Future[NodePlace]) -> None:
+        """Make a spare of an actor a create placed and then did not need."""
+        task = asyncio.ensure_future(self._adopt(actor, placing))
+        self._adopting.add(task)
+        task.add_done_callback(self._adopting.discard)
+
+    async def _adopt(self, actor: Any, placing: asyncio.Future[NodePlace]) -> None:
+        try:
+            node = await placing
+        except BaseException:
+            kill_actor(actor)
+            if not placing.cancelled():
+                return
+            raise
+        self._ready.append(Spare(actor, node))
+        self._added.set()
 
     def put_back(self, spare: Spare) -> None:
         """Return a spare taken but not used."""
@@ -111,6 +129,10 @@ class Spares:
             keeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeping
+        adopting, self._adopting = list(self._adopting), set()
+        for task in adopting:
+            task.cancel()
+        await asyncio.gather(*adopting, return_exceptions=True)
         ready, self._ready = self._ready, []
         for spare in ready:
             kill_actor(spare.actor)
