@@ -29,6 +29,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from agent.api import router as runs_router  # the assembly is where the rooms meet
     from agent.board.api import router as board_router
+    from agent.evals.api import router as evals_router
     from desktop.app import create_app
     from desktop.settings import Settings
 
@@ -44,7 +45,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"\nCubicle is running: {url}\nTask board: {board}\n", flush=True)
 
     uvicorn.run(
-        create_app(settings, on_ready=announce, routers=[runs_router, board_router]),
+        create_app(settings, on_ready=announce, routers=[runs_router, board_router, evals_router]),
         host=settings.host,
         port=settings.port,
         log_level="warning",
