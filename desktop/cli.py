@@ -6,6 +6,7 @@ cubicle desktop ls                 list desktops
 cubicle desktop screenshot ID -o shot.png
 cubicle desktop kill ID
 cubicle run "TASK" --model-url URL --model NAME   run the agent on a fresh desktop
+cubicle eval SUITE --model-url URL --model NAME   run a suite of OSWorld-format tasks
 """
 
 from __future__ import annotations
@@ -210,8 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--network", action="store_true", help="give a fresh desktop a network")
     run.add_argument("--data-dir", help="where runs are recorded (CUBICLE_DATA_DIR)")
 
+    from agent.evals import cli as evals_cli  # parses nothing until `eval` runs
+
+    evals = commands.add_parser("eval", help="run a suite of OSWorld-format tasks, print a score")
+    evals_cli.configure(evals)
+
     args = parser.parse_args(argv)
     try:
+        if args.command == "eval":
+            return evals_cli.main(args)
         if args.command == "serve":
             return _serve(args)
         if args.command == "run":

@@ -101,9 +101,7 @@ class TaskRun:
             status: TaskStatus = "done" if record.status == "done" else "failed"
             result = record.reason
             if self.hooks is not None:
-                note = await self.hooks.after_agent(
-                    self.task, self.desktop, record, self.last_step
-                )
+                note = await self.hooks.after_agent(self.task, self.desktop, record, self.last_step)
                 result = f"{result} · {note}" if result and note else (note or result)
             return status, result
         except asyncio.CancelledError:
