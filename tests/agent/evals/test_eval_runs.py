@@ -13,86 +13,21 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.agent.board_api import empty_board, say, set_board, use_fake_model
-from tests.agent.fake_model import FakeModelServer, RecordedRequest, Turn
+from tests.agent.evals.helpers import PERFECT, SUITE, PerTask, report_of, wait_done
+from tests.agent.fake_model import FakeModelServer, Turn
 from tests.conftest import Service, start_service, stop_service, wait_until
-
-REPO = Path(__file__).resolve().parents[3]
-SUITE = REPO / "evals"
-INSTRUCTIONS = {
-    path.stem: json.loads(path.read_text())["instruction"] for path in SUITE.rglob("*.json")
-}
-
-PERFECT: dict[str, list[str]] = {
-    "terminal-mkdir": [
-        say("A shell is quickest.", type="exec", command="mkdir -p ~/projects/cubicle"),
-        say("Created.", type="done", summary="made the folder"),
-    ],
-    "mousepad-append-line": [
-        say("Go to the end of the list.", type="key", keys="ctrl+End"),
-        say("Write the third item.", type="type", text="3. test the evals"),
-        say("Save.", type="key", keys="ctrl+s"),
-        say("Saved.", type="done", summary="added the line"),
-    ],
-    "chrome-counter": [
-        *[say("Press the focused + button.", type="key", keys="space")] * 3,
-        say("It shows 3.", type="done", summary="count is 3"),
-    ],
-    "os-infeasible-photoshop": [
-        say("There is no Photoshop here.", type="fail", reason="Photoshop is not installed"),
-    ],
-}
-"""What a model that knows how would answer, step by step, for a sample of the suite."""
 
 
 @pytest.fixture(autouse=True)
 def _board_emptied_after(api: httpx.Client) -> Iterator[None]:
     yield
     empty_board(api)
-
-
-class PerTask:
-    """Answers each request from the script of the task its prompt names, in order;
-    `fallback` answers a task whose script ran out (or that has none)."""
-
-    def __init__(self, scripts: dict[str, Sequence[str | Turn]], fallback: str | Turn) -> None:
-        self.scripts = {task: list(turns) for task, turns in scripts.items()}
-        self.fallback = fallback
-        self.asked: dict[str, int] = defaultdict(int)
-        self._lock = threading.Lock()
-
-    def __call__(self, request: RecordedRequest) -> str | Turn:
-        text = request.text
-        task = next((t for t, words in INSTRUCTIONS.items() if words in text), None)
-        with self._lock:
-            if task is None:
-                return self.fallback
-            turn = self.asked[task]
-            self.asked[task] += 1
-        script = self.scripts.get(task, [])
-        return script[turn] if turn < len(script) else self.fallback
-
-
-def _report(api: httpx.Client, run_id: str) -> dict:
-    response = api.get(f"/api/evals/{run_id}")
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def _wait_done(api: httpx.Client, run_id: str, timeout_s: float = 180) -> dict:
-    def done() -> dict | None:
-        report = _report(api, run_id)
-        return report if report["run"]["status"] == "done" else None
-
-    return wait_until(done, timeout_s, 0.5, f"evaluation run {run_id} to finish")
 
 
 def _cubicle(service: Service, *args: str) -> subprocess.CompletedProcess[str]:
@@ -129,7 +64,7 @@ def test_a_perfect_agent_scores_100_percent_through_the_cli_and_a_wrong_one_0(
     assert "score: 4/4 passed = 100.0 %" in ran.stdout, ran.stdout
     assert "report: " in ran.stdout and "/web/evals.html?run=eval-" in ran.stdout
     perfect_id = ran.stdout.split("run ", 1)[1].split(":", 1)[0]
-    report = _report(api, perfect_id)
+    report = report_of(api, perfect_id)
     assert report["summary"]["rate"] == 1.0 and report["summary"]["scored"] == 4
     assert {item["status"] for item in report["items"]} == {"passed"}
     for item in report["items"]:
@@ -143,7 +78,7 @@ def test_a_perfect_agent_scores_100_percent_through_the_cli_and_a_wrong_one_0(
         json={"suite": "evals", "task_ids": list(PERFECT), "name": "wrong", "concurrency": 2},
     )
     assert created.status_code == 201, created.text
-    wrong = _wait_done(api, created.json()["id"])
+    wrong = wait_done(api, created.json()["id"])
     assert wrong["summary"]["rate"] == 0.0 and wrong["summary"]["scored"] == 4
     assert {item["status"] for item in wrong["items"]} == {"failed"}
     assert wrong["summary"]["ci_low"] == 0.0 and 0.4 < wrong["summary"]["ci_high"] < 0.6
@@ -167,14 +102,14 @@ def test_stopping_a_run_keeps_its_verdicts_and_resuming_runs_only_the_rest(
     run_id = run.json()["id"]
 
     def first_scored_second_running() -> dict | None:
-        items = {i["task_id"]: i for i in _report(api, run_id)["items"]}
+        items = {i["task_id"]: i for i in report_of(api, run_id)["items"]}
         ready = items["terminal-mkdir"]["status"] == "failed"
         return items if ready and items["terminal-today"]["status"] == "running" else None
 
     before = wait_until(first_scored_second_running, 90, 0.2, "one verdict, one attempt running")
     stopped = api.post(f"/api/evals/{run_id}/stop")
     assert stopped.status_code == 200 and stopped.json()["status"] == "stopped"
-    items = {i["task_id"]: i for i in _report(api, run_id)["items"]}
+    items = {i["task_id"]: i for i in report_of(api, run_id)["items"]}
     assert items["terminal-mkdir"] == before["terminal-mkdir"]
     assert items["terminal-today"]["status"] == "pending"
     assert items["files-delete"]["status"] == "pending"
@@ -182,7 +117,7 @@ def test_stopping_a_run_keeps_its_verdicts_and_resuming_runs_only_the_rest(
 
     fake_model.respond_with(PerTask({}, say("Done.", type="done", summary="nothing")))
     assert api.post(f"/api/evals/{run_id}/resume").json()["status"] == "running"
-    done = _wait_done(api, run_id)
+    done = wait_done(api, run_id)
     items = {i["task_id"]: i for i in done["items"]}
     assert items["terminal-mkdir"] == before["terminal-mkdir"]  # not run again
     assert {i["status"] for i in items.values()} == {"failed"}
@@ -222,7 +157,7 @@ def test_two_attempts_at_two_at_once_survive_a_sigkilled_service(fake_model: Fak
         run_id = api.post("/api/evals", json=body).json()["id"]
 
         def a1_passed_b1_asking() -> dict | None:
-            items = {(i["task_id"], i["attempt"]): i for i in _report(api, run_id)["items"]}
+            items = {(i["task_id"], i["attempt"]): i for i in report_of(api, run_id)["items"]}
             a1, b1 = items[("terminal-mkdir", 1)], items[("files-delete", 1)]
             asking = b1["status"] == "running" and answers.asked["files-delete"] == 1
             return items if a1["status"] == "passed" and asking else None
@@ -234,7 +169,7 @@ def test_two_attempts_at_two_at_once_survive_a_sigkilled_service(fake_model: Fak
 
         service = start_service(data_dir=service.data_dir, token=service.token)
         api = service.client()
-        done = _wait_done(api, run_id)
+        done = wait_done(api, run_id)
         items = {(i["task_id"], i["attempt"]): i for i in done["items"]}
         assert len(items) == 4 and all(i["status"] in ("passed", "failed") for i in items.values())
         assert items[("terminal-mkdir", 1)] == before[("terminal-mkdir", 1)]
@@ -282,7 +217,7 @@ def test_unsupported_tasks_are_reported_not_scored(api: httpx.Client, fake_model
         "evaluator": {"func": "compare_pptx_files", "result": {"type": "googledrive_file"}},
     }
     run = api.post("/api/evals", json={"tasks": [task], "name": "unsupported"}).json()
-    report = _wait_done(api, run["id"], 30)
+    report = wait_done(api, run["id"], 30)
     assert report["summary"]["unsupported"] == 1 and report["summary"]["scored"] == 0
     assert report["summary"]["rate"] is None
     (row,) = report["tasks"]
