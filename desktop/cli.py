@@ -31,6 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
     from agent.api import router as runs_router  # the assembly is where the rooms meet
     from agent.board.api import router as board_router
     from agent.evals.api import router as evals_router
+    from agent.evals.osworld.api import router as osworld_router
     from desktop.app import create_app
     from desktop.settings import Settings
 
@@ -45,8 +46,9 @@ def _serve(args: argparse.Namespace) -> int:
         board = url.replace("/?token=", "/web/board.html?token=")
         print(f"\nCubicle is running: {url}\nTask board: {board}\n", flush=True)
 
+    routers = [runs_router, board_router, evals_router, osworld_router]
     uvicorn.run(
-        create_app(settings, on_ready=announce, routers=[runs_router, board_router, evals_router]),
+        create_app(settings, on_ready=announce, routers=routers),
         host=settings.host,
         port=settings.port,
         log_level="warning",
