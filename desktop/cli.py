@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from desktop.errors import CubicleError
+from desktop.protocol.errors import CubicleError
 
 if TYPE_CHECKING:
     from agent.steps import StepRecord
@@ -28,12 +28,11 @@ if TYPE_CHECKING:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from agent.api import router as runs_router  # the assembly is where the rooms meet
-    from agent.board.api import router as board_router
-    from agent.evals.api import router as evals_router
-    from agent.evals.osworld.api import router as osworld_router
+    from agent.evals.room import EvalRoom
+    from agent.room import AgentRoom  # the assembly is where the rooms meet
     from desktop.app import create_app
     from desktop.settings import Settings
+    from streaming.api import LiveRoom
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     if args.data_dir:
@@ -46,9 +45,8 @@ def _serve(args: argparse.Namespace) -> int:
         board = url.replace("/?token=", "/web/board.html?token=")
         print(f"\nCubicle is running: {url}\nTask board: {board}\n", flush=True)
 
-    routers = [runs_router, board_router, evals_router, osworld_router]
     uvicorn.run(
-        create_app(settings, on_ready=announce, routers=routers),
+        create_app(settings, on_ready=announce, rooms=[LiveRoom(), AgentRoom(), EvalRoom()]),
         host=settings.host,
         port=settings.port,
         log_level="warning",
@@ -100,7 +98,7 @@ def _print_step(step: StepRecord) -> None:
 async def _viewer_url(d: AsyncDesktop) -> str:
     """A view-only link to the desktop's live view, or why there is none."""
     try:
-        return await d.share("view")
+        return (await d.share("view")).url
     except CubicleError as exc:
         return f"unavailable ({exc.message})"
 

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from agent.board.models import Task
 from agent.steps import RunRecord, StepRecord
-from desktop.sdk import AsyncDesktop
+from desktop import AsyncDesktop
 
 
 class TaskHooks(Protocol):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from xml.etree import ElementTree
 
-from desktop.models import A11yNode, A11yTree
+from desktop import A11yNode, A11yTree
 
 NAMESPACES = {
     "st": "https://accessibility.ubuntu.example.org/ns/state",

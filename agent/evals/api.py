@@ -1,25 +1,25 @@
 """`/api/evals`: evaluation runs over HTTP, for `cubicle eval` and the report page.
 
-The service includes `router` behind its token, after the board's (whose lifespan must
-have started the board: this one's hooks into it). Suites offered by name are the
-built-in one (`evals/` beside the code) and every folder under `<data_dir>/suites/`.
+The evaluations' room (`agent.evals.room.EvalRoom`) mounts `router`; every route needs the
+service's token. Suites offered by name are the built-in one (`evals/` beside the code)
+and every folder under `<data_dir>/suites/`.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from agent.evals.models import MAX_FILES_BYTES, Comparison, EvalReport, EvalRun, NewEvalRun
 from agent.evals.runs import EvalRuns
 from agent.evals.suite import load_suite
-from desktop.errors import CubicleError, PayloadTooLarge
+from desktop import CubicleError, PayloadTooLarge
+from desktop.api.auth import require_token
+from desktop.services import services_of
 
 BUILT_IN = Path(__file__).resolve().parents[2] / "evals"
 """The built-in suite, beside the code."""
@@ -36,25 +36,13 @@ def known_suites(data_dir: Path) -> dict[str, Path]:
     return suites
 
 
-@contextlib.asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    settings = app.state.settings
-    runs = EvalRuns(app.state.board, settings.data_dir, known_suites(settings.data_dir))
-    await runs.start()
-    app.state.evals = runs
-    try:
-        yield
-    finally:
-        await runs.stop()
-
-
-def get_runs(request: Request) -> EvalRuns:
-    return request.app.state.evals
+async def get_runs(request: Request) -> EvalRuns:
+    return services_of(request).get(EvalRuns)
 
 
 RunsDep = Annotated[EvalRuns, Depends(get_runs)]
 
-router = APIRouter(prefix="/api/evals", tags=["evals"], lifespan=lifespan)
+router = APIRouter(prefix="/api/evals", tags=["evals"], dependencies=[Depends(require_token)])
 
 
 class SuiteInfo(BaseModel):

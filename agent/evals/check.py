@@ -22,7 +22,7 @@ from agent.evals.getters import check_getter, get
 from agent.evals.metrics import METRICS, known
 from agent.evals.setup import check_step, run_steps
 from agent.evals.suite import EvalTask, Metric
-from desktop.errors import CubicleError
+from desktop import CubicleError
 
 PASS_SCORE = 1.0
 """A task passes when its score reaches this."""

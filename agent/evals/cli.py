@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from desktop.errors import AuthError, CubicleError, InvalidRequest
+from desktop import AuthError, CubicleError, InvalidRequest
 
 POLL_S = 1.0
 """Seconds between looks at the run."""

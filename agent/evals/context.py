@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.evals.errors import SetupFailed
-from desktop.models import ExecResult, WindowInfo
-from desktop.sdk import AsyncDesktop
+from desktop import AsyncDesktop, ExecResult, WindowInfo
 
 GUEST_HOME = "/home/user"
 """The desktop user's home, the same path OSWorld's tasks write (`/home/user/...`)."""

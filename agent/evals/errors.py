@@ -1,4 +1,4 @@
-"""The evaluations' branch of Cubicle's error tree (the root lives in `desktop.errors`).
+"""The evaluations' branch of Cubicle's error tree (the root lives in `desktop.protocol.errors`).
 
     CubicleError
     ├── InvalidRequest
@@ -16,7 +16,7 @@ from a failed one.
 
 from __future__ import annotations
 
-from desktop.errors import CubicleError, InvalidRequest, NotFound
+from desktop import CubicleError, InvalidRequest, NotFound
 
 
 class SuiteError(InvalidRequest):

@@ -21,7 +21,7 @@ from agent.evals.a11y_xml import tree_to_xml
 from agent.evals.context import TaskContext
 from agent.evals.errors import CheckerError
 from agent.evals.setup import fetch_url
-from desktop.errors import FileNotFound, PathNotAllowed
+from desktop import FileNotFound, PathNotAllowed
 
 
 class _Config(BaseModel):

@@ -49,8 +49,7 @@ from agent.evals.store import EvalStore, now
 from agent.evals.suite import EvalTask, Suite, load_suite, parse_task
 from agent.steps import RunRecord, StepRecord
 from agent.store import RunStore, new_run_id
-from desktop.errors import Conflict, CubicleError, InvalidRequest, NotFound
-from desktop.sdk import AsyncDesktop
+from desktop import AsyncDesktop, Conflict, CubicleError, InvalidRequest, NotFound
 
 log = logging.getLogger("cubicle.evals")
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from agent.evals import chrome
 from agent.evals.context import GUEST_HOME, TaskContext
 from agent.evals.errors import SetupFailed
 from agent.evals.suite import SetupStep
-from desktop.errors import CubicleError
+from desktop import CubicleError
 
 WINDOW_WAIT_S = 10.0
 """Seconds `launch` and `open` wait for a window to appear or change."""

@@ -4,7 +4,9 @@
     DELETE /api/desktops/{id}/osworld
     GET    /api/osworld                   the open surfaces
 
-A surface closes with its desktop (looked at every few seconds) and with the service.
+A surface closes with its desktop (looked at every few seconds) and with the service. The
+evaluations' room mounts `router`; every route needs the service's token (the surface
+itself has none: OSWorld's clients send none).
 """
 
 from __future__ import annotations
@@ -12,16 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.board.api import service_url
 from agent.evals.osworld.surface import Surface, serve
-from desktop.errors import Conflict, DesktopGone, DesktopNotFound, NotFound
-from desktop.sdk import AsyncDesktop
+from desktop import AsyncDesktop, Conflict, DesktopGone, DesktopNotFound, NotFound
+from desktop.api.auth import require_token
+from desktop.services import services_of
 
 log = logging.getLogger("cubicle.osworld")
 CHECK_EVERY_S = 5.0
@@ -82,7 +83,7 @@ class Surfaces:
                 desktop_id, base_url=self.service_url, token=self.token
             )
             try:
-                surface = await serve(desktop, self.service_url, self.token, port or 0)
+                surface = await serve(desktop, port or 0)
             except OSError as exc:
                 await desktop.close()
                 raise Conflict(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from exc
@@ -114,25 +115,13 @@ def _info(surface: Surface) -> SurfaceInfo:
     return SurfaceInfo(desktop_id=surface.desktop.id, port=surface.port, url=surface.url)
 
 
-@contextlib.asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    settings = app.state.settings
-    surfaces = Surfaces(service_url(settings.host, settings.port), app.state.token)
-    surfaces.start()
-    app.state.osworld = surfaces
-    try:
-        yield
-    finally:
-        await surfaces.stop()
-
-
-def get_surfaces(request: Request) -> Surfaces:
-    return request.app.state.osworld
+async def get_surfaces(request: Request) -> Surfaces:
+    return services_of(request).get(Surfaces)
 
 
 SurfacesDep = Annotated[Surfaces, Depends(get_surfaces)]
 
-router = APIRouter(tags=["osworld"], lifespan=lifespan)
+router = APIRouter(tags=["osworld"], dependencies=[Depends(require_token)])
 
 
 @router.get("/api/osworld")

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -37,8 +36,7 @@ from agent.evals.a11y_xml import tree_to_xml
 from agent.evals.context import GUEST_HOME, TaskContext, desktop_path_env, desktop_python
 from agent.evals.getters import PathConfig, list_directory
 from agent.evals.setup import WINDOW_WAIT_S
-from desktop.errors import CubicleError, FileNotFound, NotFound, PathNotAllowed
-from desktop.sdk import AsyncDesktop
+from desktop import AsyncDesktop, CubicleError, FileNotFound, NotFound, PathNotAllowed
 
 _EXEC_TIMEOUT_S = 120.0
 """Seconds a command may run, as OSWorld's server allows."""
@@ -58,8 +56,8 @@ async def _form(request: Request) -> dict[str, Any]:
     return {key: form[key] for key in form}
 
 
-def build_app(desktop: AsyncDesktop, service_url: str, token: str) -> FastAPI:
-    """The surface of `desktop`; `service_url`/`token` fetch its recordings."""
+def build_app(desktop: AsyncDesktop) -> FastAPI:
+    """The OSWorld surface of `desktop`."""
     ctx = TaskContext(desktop, files_root=_HOME, cache_dir=_HOME)  # neither is used here
     app = FastAPI(title=f"OSWorld surface of desktop {desktop.id}", openapi_url=None)
     recording: dict[str, str] = {}
@@ -226,8 +224,7 @@ def build_app(desktop: AsyncDesktop, service_url: str, token: str) -> FastAPI:
 
     @app.post("/start_recording")
     async def start_recording() -> PlainTextResponse:
-        info = await desktop.start_recording()
-        recording["id"] = str(info["id"])
+        recording["id"] = (await desktop.start_recording()).id
         return PlainTextResponse("Recording started")
 
     @app.post("/end_recording")
@@ -235,13 +232,8 @@ def build_app(desktop: AsyncDesktop, service_url: str, token: str) -> FastAPI:
         if "id" not in recording:
             return JSONResponse({"status": "error", "message": "no recording running"}, 400)
         await desktop.stop_recording()
-        path = f"/api/desktops/{desktop.id}/recordings/{recording.pop('id')}.mp4"
-        headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(base_url=service_url, headers=headers, timeout=120) as http:
-            video = await http.get(path)
-        if video.status_code != 200:
-            return JSONResponse({"status": "error", "message": video.text}, video.status_code)
-        return Response(video.content, media_type="video/mp4")
+        video = await desktop.recording_video(recording.pop("id"))
+        return Response(video, media_type="video/mp4")
 
     return app
 
@@ -273,13 +265,13 @@ class Surface:
         await self.desktop.close()
 
 
-async def serve(desktop: AsyncDesktop, service_url: str, token: str, port: int = 0) -> Surface:
+async def serve(desktop: AsyncDesktop, port: int = 0) -> Surface:
     """Start the surface of `desktop` on 127.0.0.1:`port` (0: a free one)."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     config = uvicorn.Config(
-        build_app(desktop, service_url, token),
+        build_app(desktop),
         log_level="warning",
         access_log=False,
         lifespan="off",

@@ -17,7 +17,7 @@ from agent.evals.check import evaluate, unsupported
 from agent.evals.context import TaskContext
 from agent.evals.setup import run_steps
 from agent.evals.suite import EvalTask, load_suite
-from desktop.sdk import AsyncDesktop
+from desktop import AsyncDesktop
 from tests.agent.evals.solutions import SOLUTIONS, Keys, Open, Shell, Tabs
 from tests.conftest import Service
 
