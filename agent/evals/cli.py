@@ -57,11 +57,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", help="its token (CUBICLE_TOKEN, else the local token file)")
 
 
-def _connection(args: argparse.Namespace) -> tuple[str, str]:
+def service_address(url: str | None, token: str | None) -> tuple[str, str]:
+    """The service's URL and token: given, else `CUBICLE_URL`/`CUBICLE_TOKEN`, else the
+    default address and the token file of the default data directory."""
     from desktop.settings import Settings
 
-    url = (args.url or os.environ.get("CUBICLE_URL") or "http://127.0.0.1:8000").rstrip("/")
-    token = args.token or os.environ.get("CUBICLE_TOKEN")
+    url = (url or os.environ.get("CUBICLE_URL") or "http://127.0.0.1:8000").rstrip("/")
+    token = token or os.environ.get("CUBICLE_TOKEN")
     if not token:
         path = Settings().data_dir / "token"
         if not path.is_file():
@@ -164,7 +166,7 @@ async def _follow(http: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    url, token = _connection(args)
+    url, token = service_address(args.url, args.token)
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=300) as http:
         if args.list:
