@@ -30,13 +30,12 @@ from typing import Any, TypeVar
 from agent.board.board import Board
 from agent.board.models import NewTask, Task
 from agent.evals import stats
-from agent.evals.check import evaluate, unsupported
-from agent.evals.context import TaskContext
-from agent.evals.errors import EvalError, EvalRunNotFound, SuiteError
+from agent.evals.check import unsupported
+from agent.evals.errors import EvalRunNotFound, SuiteError
 from agent.evals.files import referenced_files
+from agent.evals.hooks import TAG, EvalHooks, tag_for
 from agent.evals.models import (
     ACTIVE,
-    FINAL,
     MAX_FILES_BYTES,
     Comparison,
     EvalItem,
@@ -44,32 +43,16 @@ from agent.evals.models import (
     EvalRun,
     NewEvalRun,
 )
-from agent.evals.setup import run_steps
 from agent.evals.store import EvalStore, now
-from agent.evals.suite import EvalTask, Suite, load_suite, parse_task
-from agent.steps import RunRecord, StepRecord
-from agent.store import RunStore, new_run_id
-from desktop import AsyncDesktop, Conflict, CubicleError, InvalidRequest, NotFound
+from agent.evals.suite import Suite, load_suite, parse_task
+from agent.store import new_run_id
+from desktop import Conflict, InvalidRequest, NotFound
 
 log = logging.getLogger("cubicle.evals")
 T = TypeVar("T")
 
-TAG = "eval"
-"""Prefix of the board tags of evaluation tasks: `eval:<run>:<task>:<attempt>`."""
 CHECK_EVERY_S = 5.0
 """Seconds between looks for attempts whose board task a person deleted."""
-SETTLE_AFTER_SETUP = {"quiet_ms": 300, "timeout_ms": 5000}
-
-
-def tag_for(run_id: str, task_id: str, attempt: int) -> str:
-    return f"{TAG}:{run_id}:{task_id}:{attempt}"
-
-
-def parse_tag(tag: str | None) -> tuple[str, str, int] | None:
-    parts = (tag or "").split(":")
-    if len(parts) != 4 or parts[0] != TAG or not parts[3].isdigit():
-        return None
-    return parts[1], parts[2], int(parts[3])
 
 
 class EvalRuns:
@@ -84,10 +67,11 @@ class EvalRuns:
         self._store: EvalStore | None = None
         self._lock = asyncio.Lock()
         self._watch: asyncio.Task[None] | None = None
-        self._stopped = False
-        self._runs = RunStore(self.data_dir)
+        self.stopped = False
+        """Set by `stop()`: the hooks ignore what the board says afterwards."""
 
-    async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """`method` (of the store) on the store's own thread, in call order."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self._executor, functools.partial(method, *args, **kwargs)
@@ -102,25 +86,25 @@ class EvalRuns:
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._store = await self._call(EvalStore, self.data_dir)
-        self.board.hooks[TAG] = self
-        for run_id in await self._call(self.store.ids_with_status, "running"):
+        self._store = await self.call(EvalStore, self.data_dir)
+        self.board.hooks[TAG] = EvalHooks(self)
+        for run_id in await self.call(self.store.ids_with_status, "running"):
             await self._reconcile(run_id)
-        for run_id in await self._call(self.store.ids_with_status, "stopped"):
-            for item in await self._call(self.store.with_status, run_id, ACTIVE):
-                await self._update(item, status="pending")
+        for run_id in await self.call(self.store.ids_with_status, "stopped"):
+            for item in await self.call(self.store.with_status, run_id, ACTIVE):
+                await self.update_item(item, status="pending")
         self._watch = asyncio.create_task(self._keep_watch(), name="evals-watch")
 
     async def stop(self) -> None:
         """Stop feeding the board; attempts under way are picked up at the next start."""
-        self._stopped = True
+        self.stopped = True
         self.board.hooks.pop(TAG, None)
         if self._watch is not None:
             self._watch.cancel()
             await asyncio.gather(self._watch, return_exceptions=True)
         async with self._lock:  # no feed or verdict is half-written
             if self._store is not None:
-                await self._call(self._store.close)
+                await self.call(self._store.close)
                 self._store = None
         self._executor.shutdown(wait=False)
 
@@ -159,8 +143,8 @@ class EvalRuns:
             created_at=now(),
         )
         checked = [(task, unsupported(task)) for task in tasks]
-        await self._call(self.store.create, run, checked, files)
-        await self._feed(run.id)
+        await self.call(self.store.create, run, checked, files)
+        await self.feed(run.id)
         return await self.get(run.id)
 
     async def _tasks_of(self, request: NewEvalRun) -> tuple[Suite, dict[str, bytes]]:
@@ -184,18 +168,18 @@ class EvalRuns:
         return Suite(request.name or "inline", self.data_dir, tasks), files
 
     async def get(self, run_id: str) -> EvalRun:
-        run = await self._call(self.store.run, run_id)
+        run = await self.call(self.store.run, run_id)
         if run is None:
             raise EvalRunNotFound(f"no evaluation run {run_id}")
         return run
 
     async def list(self) -> list[EvalRun]:
-        return await self._call(self.store.runs)
+        return await self.call(self.store.runs)
 
     async def report(self, run_id: str) -> EvalReport:
         run = await self.get(run_id)
-        items = await self._call(self.store.items, run_id)
-        tasks = await self._call(self.store.tasks, run_id)
+        items = await self.call(self.store.items, run_id)
+        tasks = await self.call(self.store.tasks, run_id)
         return EvalReport(
             run=run,
             summary=stats.summarize(items, run.attempts),
@@ -210,8 +194,8 @@ class EvalRuns:
 
     async def compare(self, a_id: str, b_id: str) -> Comparison:
         a, b = await self.get(a_id), await self.get(b_id)
-        a_items = await self._call(self.store.items, a_id)
-        b_items = await self._call(self.store.items, b_id)
+        a_items = await self.call(self.store.items, a_id)
+        b_items = await self.call(self.store.items, b_id)
         return stats.compare(a, a_items, b, b_items)
 
     async def stop_run(self, run_id: str) -> EvalRun:
@@ -221,13 +205,13 @@ class EvalRuns:
         if run.status != "running":
             raise Conflict(f"evaluation run {run_id} is {run.status}: only a running run stops")
         async with self._lock:
-            await self._call(self.store.set_run, run_id, status="stopped")
-        for item in await self._call(self.store.with_status, run_id, ACTIVE):
+            await self.call(self.store.set_run, run_id, status="stopped")
+        for item in await self.call(self.store.with_status, run_id, ACTIVE):
             if item.board_task_id is not None:
                 with contextlib.suppress(Conflict, NotFound):  # it ended meanwhile
                     await self.board.cancel(item.board_task_id)
-        for item in await self._call(self.store.with_status, run_id, ACTIVE):
-            await self._update(item, status="pending")
+        for item in await self.call(self.store.with_status, run_id, ACTIVE):
+            await self.update_item(item, status="pending")
         await self._write_report(run_id)
         return await self.get(run_id)
 
@@ -237,40 +221,40 @@ class EvalRuns:
         if run.status != "stopped":
             raise Conflict(f"evaluation run {run_id} is {run.status}: only a stopped run resumes")
         async with self._lock:
-            await self._call(self.store.set_run, run_id, status="running", finished_at=None)
-        await self._feed(run_id)
+            await self.call(self.store.set_run, run_id, status="running", finished_at=None)
+        await self.feed(run_id)
         return await self.get(run_id)
 
     # --- feeding the board --------------------------------------------------------------------
 
-    async def _feed(self, run_id: str) -> None:
+    async def feed(self, run_id: str) -> None:
         """Queue the run's next attempts while it has free slots; close it when done."""
         async with self._lock:
-            if self._stopped:
+            if self.stopped:
                 return
-            run = await self._call(self.store.run, run_id)
+            run = await self.call(self.store.run, run_id)
             if run is None or run.status != "running":
                 return
-            free = run.concurrency - await self._call(self.store.active, run_id)
-            pending = await self._call(self.store.with_status, run_id, ["pending"])
+            free = run.concurrency - await self.call(self.store.active, run_id)
+            pending = await self.call(self.store.with_status, run_id, ["pending"])
             for item in pending[: max(0, free)]:
                 await self._queue(run, item)
-            left = await self._call(self.store.with_status, run_id, ["pending", *ACTIVE])
+            left = await self.call(self.store.with_status, run_id, ["pending", *ACTIVE])
             if left:
                 return
-            await self._call(self.store.set_run, run_id, status="done", finished_at=now())
+            await self.call(self.store.set_run, run_id, status="done", finished_at=now())
         log.info("evaluation run %s is done", run_id)
         await self._write_report(run_id)
 
     async def _queue(self, run: EvalRun, item: EvalItem) -> None:
-        await self._update(item, status="queued")
+        await self.update_item(item, status="queued")
         if item.board_task_id is not None:
             try:
                 await self.board.retry(item.board_task_id)
                 return
             except (Conflict, NotFound):
                 pass  # deleted, or not retryable: a new card
-        task = await self._call(self.store.task, run.id, item.task_id)
+        task = await self.call(self.store.task, run.id, item.task_id)
         assert task is not None
         new = NewTask(
             text=task.instruction,
@@ -282,10 +266,10 @@ class EvalRuns:
         try:
             added = await self.board.add([new])
         except InvalidRequest as exc:
-            await self._update(item, status="error", detail=exc.message, finished_at=now())
+            await self.update_item(item, status="error", detail=exc.message, finished_at=now())
             return
         if added:
-            await self._update(item, board_task_id=added[0].id)
+            await self.update_item(item, board_task_id=added[0].id)
 
     async def _reconcile(self, run_id: str) -> None:
         """After a restart: match the run's attempts without a verdict with their board
@@ -293,139 +277,35 @@ class EvalRuns:
         latest: dict[str, Task] = {}
         for task in await self.board.tagged(f"{TAG}:{run_id}:"):
             latest[task.tag or ""] = task
-        for item in await self._call(self.store.with_status, run_id, ACTIVE):
+        for item in await self.call(self.store.with_status, run_id, ACTIVE):
             task = latest.get(tag_for(run_id, item.task_id, item.attempt))
             if task is None:
-                await self._update(item, status="pending", board_task_id=None)
+                await self.update_item(item, status="pending", board_task_id=None)
             elif task.status in ("queued", "running", "paused"):
-                await self._update(item, board_task_id=task.id)
+                await self.update_item(item, board_task_id=task.id)
             else:
-                await self._update(item, status="pending", board_task_id=task.id)
-        await self._feed(run_id)
+                await self.update_item(item, status="pending", board_task_id=task.id)
+        await self.feed(run_id)
 
     async def _keep_watch(self) -> None:
         """Every few seconds: attempts whose board task a person deleted run again."""
         while True:
             await asyncio.sleep(CHECK_EVERY_S)
             try:
-                for run_id in await self._call(self.store.ids_with_status, "running"):
+                for run_id in await self.call(self.store.ids_with_status, "running"):
                     tags = {t.tag for t in await self.board.tagged(f"{TAG}:{run_id}:")}
-                    for item in await self._call(self.store.with_status, run_id, ACTIVE):
+                    for item in await self.call(self.store.with_status, run_id, ACTIVE):
                         if tag_for(run_id, item.task_id, item.attempt) not in tags:
-                            await self._update(item, status="pending", board_task_id=None)
-                    await self._feed(run_id)
+                            await self.update_item(item, status="pending", board_task_id=None)
+                    await self.feed(run_id)
             except Exception:  # a disk problem must not end the watch for good
                 log.exception("watching the evaluation runs failed; looking again soon")
 
-    # --- the board's hooks --------------------------------------------------------------------
-
-    async def before_agent(self, task: Task, desktop: AsyncDesktop) -> None:
-        run_id, task_id, attempt = self._parsed(task)
-        spec = await self._spec(run_id, task_id)
-        item = await self._call(self.store.item, run_id, task_id, attempt)
-        if item is not None:
-            await self._update(
-                item,
-                status="running",
-                board_task_id=task.id,
-                agent_run_id=task.run_id,
-                desktop_id=desktop.id,
-                started_at=now(),
-            )
-        await run_steps(self._context(run_id, task_id, attempt, desktop), spec.config)
-        await desktop.wait_for_settle(**SETTLE_AFTER_SETUP)
-
-    async def after_agent(
-        self, task: Task, desktop: AsyncDesktop, record: RunRecord, last: StepRecord | None
-    ) -> str | None:
-        run_id, task_id, attempt = self._parsed(task)
-        spec = await self._spec(run_id, task_id)
-        gave_up = last is not None and last.outcome == "fail"
-        ctx = self._context(run_id, task_id, attempt, desktop)
-        try:
-            verdict = await evaluate(ctx, spec, agent_gave_up=gave_up)
-            status, score, detail = (
-                "passed" if verdict.passed else "failed",
-                verdict.score,
-                verdict.detail,
-            )
-        except (EvalError, CubicleError) as exc:
-            status, score, detail = "error", None, f"the checker could not run: {exc.message}"
-        prompt, answer = await self._tokens(record.id)
-        wall = (
-            (record.finished_at - record.started_at).total_seconds() if record.finished_at else None
-        )
-        item = await self._call(self.store.item, run_id, task_id, attempt)
-        if item is not None:
-            await self._update(
-                item,
-                status=status,
-                score=score,
-                detail=detail,
-                steps=record.steps,
-                wall_s=wall,
-                prompt_tokens=prompt,
-                completion_tokens=answer,
-                finished_at=now(),
-            )
-        return f"checker: {status}" + (f" ({score:g})" if score is not None else "")
-
-    async def ended(self, task: Task) -> None:
-        if self._stopped or (parsed := parse_tag(task.tag)) is None:
-            return
-        run_id, task_id, attempt = parsed
-        item = await self._call(self.store.item, run_id, task_id, attempt)
-        if item is None:
-            return
-        fields: dict[str, Any] = {
-            "board_task_id": task.id,
-            "agent_run_id": task.run_id,
-            "desktop_id": task.desktop_id,
-            "recording_id": task.recording_id,
-        }
-        if item.status not in FINAL and task.status != "interrupted":
-            run = await self.get(run_id)
-            if task.status == "cancelled" and run.status == "stopped":
-                fields["status"] = "pending"
-            else:
-                why = task.result or task.status
-                fields |= {"status": "error", "detail": why, "finished_at": now()}
-        await self._update(item, **fields)
-        await self._feed(run_id)
-
     # --- helpers ------------------------------------------------------------------------------
 
-    def _parsed(self, task: Task) -> tuple[str, str, int]:
-        parsed = parse_tag(task.tag)
-        if parsed is None:
-            raise EvalError(f"task {task.id} has no evaluation tag ({task.tag!r})")
-        return parsed
-
-    async def _spec(self, run_id: str, task_id: str) -> EvalTask:
-        spec = await self._call(self.store.task, run_id, task_id)
-        if spec is None:
-            raise EvalError(f"evaluation run {run_id} has no task {task_id!r}")
-        return spec
-
-    def _context(
-        self, run_id: str, task_id: str, attempt: int, desktop: AsyncDesktop
-    ) -> TaskContext:
-        folder = self.store.run_dir(run_id)
-        return TaskContext(desktop, folder / "files", folder / "cache" / f"{task_id}-{attempt}")
-
-    async def _update(self, item: EvalItem, **fields: Any) -> None:
-        await self._call(self.store.update_item, item.run_id, item.task_id, item.attempt, **fields)
-
-    async def _tokens(self, agent_run_id: str) -> tuple[int | None, int | None]:
-        """Planner tokens of the agent's run, summed, when the endpoint reported any."""
-        try:
-            detail = await self._runs.get_run(agent_run_id)
-        except (NotFound, InvalidRequest):
-            return None, None
-        calls = [call for step in detail.steps for call in step.calls]
-        prompt = [c.prompt_tokens for c in calls if c.prompt_tokens is not None]
-        answer = [c.completion_tokens for c in calls if c.completion_tokens is not None]
-        return (sum(prompt) if prompt else None), (sum(answer) if answer else None)
+    async def update_item(self, item: EvalItem, **fields: Any) -> None:
+        """Set `fields` of one attempt on disk."""
+        await self.call(self.store.update_item, item.run_id, item.task_id, item.attempt, **fields)
 
     async def _write_report(self, run_id: str) -> None:
         """`<data_dir>/evals/<run_id>/report.json`: the run's report as it stands."""
