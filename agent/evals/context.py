@@ -48,13 +48,12 @@ class TaskContext:
     """OSWorld's per-task cache: fetched files, `execute`'s stdout files."""
 
     def local_file(self, name: str) -> Path:
-        """A local file the task names, inside `files_root` when relative; `SetupFailed` if
-        it is missing or a relative path leaves `files_root`."""
-        path = Path(name).expanduser()
-        if not path.is_absolute():
-            path = (self.files_root / path).resolve()
-            if not path.is_relative_to(self.files_root.resolve()):
-                raise SetupFailed(f"{name!r} leaves the suite's folder")
+        """A local file the task names, relative to `files_root` and inside it; `SetupFailed`
+        if it is missing or lies outside (a task never reads the service's own files)."""
+        root = self.files_root.resolve()
+        path = (root / name).resolve()
+        if not path.is_relative_to(root):
+            raise SetupFailed(f"{name!r} is not a file of the suite (paths start at its folder)")
         if not path.is_file():
             raise SetupFailed(f"the local file {name!r} does not exist ({path})")
         return path

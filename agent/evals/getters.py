@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -20,7 +21,7 @@ from agent.evals import chrome
 from agent.evals.a11y_xml import tree_to_xml
 from agent.evals.context import TaskContext
 from agent.evals.errors import CheckerError
-from agent.evals.setup import fetch_url
+from agent.evals.setup import download_in_desktop
 from desktop import FileNotFound, PathNotAllowed
 
 
@@ -89,12 +90,15 @@ async def vm_file(ctx: TaskContext, config: FileConfig) -> Any:
 
 
 async def cloud_file(ctx: TaskContext, config: FileConfig) -> Any:
-    """A reference file: a URL (downloaded once) or a path in the suite's folder."""
+    """A reference file: a URL (fetched inside the desktop, which needs a network) or a
+    file of the suite."""
     found: list[str | None] = []
     for url, dest in _pairs(config):
         if url.startswith(("http://", "https://")):
+            inside = f"/tmp/cubicle-evals/{Path(dest).name or 'file'}"
+            await download_in_desktop(ctx, url, inside)
             local = ctx.cache_path(dest)
-            await fetch_url(url, local)
+            await asyncio.to_thread(local.write_bytes, await ctx.desktop.files.read(inside))
             found.append(str(local))
         else:
             found.append(str(ctx.local_file(url.removeprefix("file://"))))

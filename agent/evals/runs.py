@@ -159,6 +159,9 @@ class EvalRuns:
         tasks = [parse_task(data, where=f"tasks[{n}]") for n, data in enumerate(request.tasks)]
         files: dict[str, bytes] = {}
         for name, encoded in request.files.items():
+            parts = Path(name).parts
+            if not parts or Path(name).is_absolute() or ".." in parts:
+                raise SuiteError(f"files[{name!r}]: name it by its path inside the suite's folder")
             try:
                 files[name] = base64.b64decode(encoded, validate=True)
             except (binascii.Error, ValueError):

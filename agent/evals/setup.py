@@ -13,12 +13,9 @@ import asyncio
 import functools
 import shlex
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.evals import chrome
@@ -195,29 +192,35 @@ async def _upload_file(ctx: TaskContext, step: UploadFile) -> None:
 
 async def _download(ctx: TaskContext, step: Download) -> None:
     for item in step.files:
-        cached = ctx.cache_dir.parent / "downloads" / f"{uuid.uuid5(uuid.NAMESPACE_URL, item.url)}"
         if item.url.startswith(("http://", "https://")):
-            if not cached.is_file():
-                await fetch_url(item.url, cached)
-            data = await asyncio.to_thread(cached.read_bytes)
-        else:  # a local path (or file:// URL) on the service's machine
+            await download_in_desktop(ctx, item.url, item.path)
+        else:  # a file of the suite
             local = item.url.removeprefix("file://")
             data = await asyncio.to_thread(ctx.local_file(local).read_bytes)
-        await _write(ctx, item.path, data)
+            await _write(ctx, item.path, data)
 
 
-async def fetch_url(url: str, into: Path) -> None:
-    """Download `url` (from the service's machine) into the file `into`."""
-    try:
-        async with httpx.AsyncClient(timeout=DOWNLOAD_TIMEOUT_S, follow_redirects=True) as http:
-            response = await http.get(url)
-            response.raise_for_status()
-    except httpx.HTTPError as exc:
-        raise SetupFailed(f"download: {url} could not be fetched: {exc}") from exc
-    into.parent.mkdir(parents=True, exist_ok=True)
-    partial = into.with_suffix(".part")
-    await asyncio.to_thread(partial.write_bytes, response.content)
-    partial.replace(into)
+_FETCH = """
+import pathlib, sys, urllib.request
+data = urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[3])).read()
+path = pathlib.Path(sys.argv[2]).expanduser()
+path.parent.mkdir(parents=True, exist_ok=True)
+path.write_bytes(data)
+"""
+
+
+async def download_in_desktop(ctx: TaskContext, url: str, path: str) -> None:
+    """Fetch `url` from inside the desktop into its `path`. The desktop's own network is
+    used, never the service's: a task cannot reach what only the host can."""
+    ran = await ctx.python(
+        _FETCH, url, path, str(DOWNLOAD_TIMEOUT_S), timeout_s=DOWNLOAD_TIMEOUT_S + 10
+    )
+    if ran.exit_code != 0:
+        raise SetupFailed(
+            f"download of {url} inside the desktop failed ({ran.stderr.strip()[-200:]}); a "
+            "task that downloads needs a desktop with a network: run it with a board profile "
+            "that has network: true"
+        )
 
 
 async def _write(ctx: TaskContext, path: str, data: bytes) -> None:

@@ -198,6 +198,7 @@ def test_two_attempts_at_two_at_once_survive_a_sigkilled_service(fake_model: Fak
         ({"suite": "evals", "attempts": 0}, 422, "attempts"),
         ({"tasks": [{"id": "x", "instruction": "y"}]}, 422, "evaluator"),
         ({"tasks": [], "files": {"a": "%%%"}}, 422, "base64"),
+        ({"tasks": [], "files": {"../../etc/cron.d/x": "eA=="}}, 422, "inside the suite"),
         ({"suite": "evals", "profile": "ghost"}, 422, "unknown profile"),
     ],
 )
@@ -205,6 +206,30 @@ def test_bad_requests_get_a_clear_4xx(api: httpx.Client, body: dict, status: int
     response = api.post("/api/evals", json=body)
     assert response.status_code == status, response.text
     assert words in response.json()["detail"]
+    assert api.get("/healthz").status_code == 200
+
+
+def test_a_task_cannot_read_the_services_own_files(api: httpx.Client, fake_model: FakeModelServer):
+    use_fake_model(api, fake_model)
+    fake_model.respond_with(PerTask({}, say("Done.", type="done", summary="nothing")))
+    task = {
+        "id": "steal",
+        "instruction": "Look at the file.",
+        "config": [
+            {"type": "upload_file", "parameters": {"files": [
+                {"local_path": "/etc/shadow", "path": "/home/user/shadow"}]}},
+        ],
+        "evaluator": {"func": "exact_match", "result": {"type": "vm_file_exists",
+                      "path": "/home/user/shadow"}, "expected": {"type": "rule",
+                      "rules": {"expected": True}}},
+    }  # fmt: skip
+    escape = {**task, "id": "escape", "config": [{"type": "upload_file", "parameters": {
+        "files": [{"local_path": "../../token", "path": "/home/user/token"}]}}]}  # fmt: skip
+    run = api.post("/api/evals", json={"tasks": [task, escape], "name": "steal"}).json()
+    report = wait_done(api, run["id"], 120)
+    for item in report["items"]:
+        assert item["status"] == "error", item
+        assert "not a file of the suite" in item["detail"]
     assert api.get("/healthz").status_code == 200
 
 
