@@ -36,7 +36,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-url", help="OpenAI-compatible endpoint (OPENAI_BASE_URL)")
     parser.add_argument("--api-key", help="its API key")
     parser.add_argument("--model", help="the planner model")
-    parser.add_argument("--planner", choices=["json", "ui-tars"], help="planner kind")
+    parser.add_argument(
+        "--planner",
+        choices=["json", "ui-tars", "anthropic", "openai-computer"],
+        help="planner kind (default: by name)",
+    )
     parser.add_argument("--grounder", help='grounders in order, e.g. "a11y,ocr,vlm"')
     parser.add_argument("--grounder-model", help="the vlm grounder's model")
     parser.add_argument("--allow-exec", action="store_true", help="let the planner run commands")
