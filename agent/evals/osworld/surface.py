@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -163,7 +164,7 @@ def build_app(desktop: AsyncDesktop) -> FastAPI:
         command, shell = _command(await request.json())
         argv = ["/bin/sh", "-c", command if isinstance(command, str) else " ".join(command)]
         if not shell:
-            argv = command.split() if isinstance(command, str) else list(command)
+            argv = shlex.split(command) if isinstance(command, str) else list(command)
             argv = [GUEST_HOME + a[1:] if a.startswith("~/") else a for a in argv]
             if chrome.is_browser(argv):
                 argv = chrome.browser_argv(argv)
