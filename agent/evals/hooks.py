@@ -18,14 +18,15 @@ from agent.evals.store import now
 from agent.evals.suite import EvalTask
 from agent.steps import RunRecord, StepRecord
 from agent.store import RunStore
-from desktop import AsyncDesktop, CubicleError, InvalidRequest, NotFound
+from desktop import AsyncDesktop, CubicleError, InvalidRequest, NotFound, WaitForSettle
 
 if TYPE_CHECKING:
     from agent.evals.runs import EvalRuns
 
 TAG = "eval"
 """Prefix of the board tags of evaluation tasks: `eval:<run>:<task>:<attempt>`."""
-SETTLE_AFTER_SETUP = {"quiet_ms": 300, "timeout_ms": 5000}
+SETTLE_AFTER_SETUP = WaitForSettle(quiet_ms=300, timeout_ms=5000, idle_ms=50)
+"""The agent's first screenshot shows the setup done: the screen quiet, or the desktop idle."""
 
 
 def tag_for(run_id: str, task_id: str, attempt: int) -> str:
@@ -60,7 +61,7 @@ class EvalHooks:
                 started_at=now(),
             )
         await run_steps(self._context(run_id, task_id, attempt, desktop), spec.config)
-        await desktop.wait_for_settle(**SETTLE_AFTER_SETUP)
+        await desktop.actions(SETTLE_AFTER_SETUP)
 
     async def after_agent(
         self, task: Task, desktop: AsyncDesktop, record: RunRecord, last: StepRecord | None
