@@ -7,6 +7,10 @@ the next one, and the last one until the recording stopped, so a still screen st
 video as long as the recording. Every action run on the desktop while it records (through
 the API or from a viewer) is logged with its offset into the video.
 
+A recording started with `overlay=True` shows the actions on the picture as well (click
+ripples, drag paths, scroll marks, captions of typed text and keys): its frames go through
+a `streaming.burnin.BurnIn` (decode, draw, encode) before they are muxed.
+
 Files, in the recordings directory of the desktop: `<id>.mp4.part` while recording, then
 `<id>.mp4` and `<id>.json` (the `ActionLog`).
 """
@@ -17,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterable
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -25,8 +30,11 @@ import av
 
 from desktop.models import ActionEntry, ActionLog, ActionSource, RecordingInfo
 from desktop.protocol import actions as a
+from desktop.protocol.errors import CubicleError
+from streaming.burnin import BurnIn
 from streaming.frames import EncodedFrame
 from streaming.hub import FrameHub, Subscription
+from streaming.overlay import OverlayMessage
 
 log = logging.getLogger("cubicle.streaming")
 
@@ -62,14 +70,21 @@ class _Mp4Writer:
 class Recorder:
     """One recording of one desktop, from `start()` to `stop()`."""
 
-    def __init__(self, hub: FrameHub, directory: Path, desktop_id: str) -> None:
+    def __init__(
+        self, hub: FrameHub, directory: Path, desktop_id: str, *, overlay: bool = False
+    ) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.desktop_id = desktop_id
         self.directory = directory
         self._hub = hub
         self._info = RecordingInfo(
-            id=self.id, desktop_id=desktop_id, status="recording", started_at=datetime.now(UTC)
+            id=self.id,
+            desktop_id=desktop_id,
+            status="recording",
+            started_at=datetime.now(UTC),
+            overlay=overlay,
         )
+        self._burn_in: BurnIn | None = None
         self._entries: list[tuple[int, ActionSource, a.Action]] = []
         self._writer: _Mp4Writer | None = None
         self._t0: int | None = None
@@ -105,12 +120,25 @@ class Recorder:
             self._t0 = self._hub.clock_us()
             self.directory.mkdir(parents=True, exist_ok=True)
             self._subscription = self._hub.subscribe(f"recording-{self.id}")
-            self._task = asyncio.create_task(self._run(self._subscription), name=self.id)
+            frames: AsyncIterable[EncodedFrame] = self._subscription
+            if self._info.overlay:
+                self._burn_in = BurnIn(self._subscription, self._hub.clock_us)
+                frames = self._burn_in
+            self._task = asyncio.create_task(self._run(frames), name=self.id)
 
-    def log(self, actions: list[a.Action], at_us: int, source: ActionSource) -> None:
-        """Note actions that ran at `at_us` on the hub's clock."""
+    def log(
+        self,
+        actions: list[a.Action],
+        at_us: int,
+        source: ActionSource,
+        overlay: OverlayMessage | None = None,
+    ) -> None:
+        """Note actions that ran at `at_us` on the hub's clock, and draw their marks when
+        the overlay is burned in."""
         if self.recording:
             self._entries.extend((at_us, source, action) for action in actions)
+            if self._burn_in is not None and overlay is not None:
+                self._burn_in.show(overlay, at_us)
 
     def info(self) -> RecordingInfo:
         return self._info.model_copy()
@@ -125,10 +153,10 @@ class Recorder:
             ],
         )
 
-    async def _run(self, subscription: Subscription) -> None:
+    async def _run(self, frames: AsyncIterable[EncodedFrame]) -> None:
         assert self._t0 is not None
         try:
-            async for frame in subscription:
+            async for frame in frames:
                 if self._writer is None:
                     self._writer = await asyncio.to_thread(
                         _Mp4Writer, self._part, frame.width, frame.height
@@ -142,7 +170,12 @@ class Recorder:
         except (av.FFmpegError, OSError) as exc:
             log.warning("recording %s failed: %s", self.id, exc)
             self._info.reason = f"writing the video failed: {exc}"
-            subscription.close()
+        except CubicleError as exc:  # drawing the overlay failed
+            log.warning("recording %s failed: %s", self.id, exc)
+            self._info.reason = exc.message
+        finally:
+            if self._subscription is not None:
+                self._subscription.close()
 
     async def _write(self, frame: EncodedFrame, start_us: int, end_us: int) -> None:
         """Write a frame shown from `start_us` to `end_us` (hub clock)."""
