@@ -3,9 +3,10 @@
 A `Recorder` is one more subscriber of the desktop's hub, so it starts at a keyframe (asked
 of the guest) and costs no encoding. Time 0 of the video is the moment recording started:
 the first keyframe, which arrives a little later, is shown from 0. Each packet lasts until
-the next one, and the last one until the recording stopped, so a still screen still gives a
-video as long as the recording. Every action run on the desktop while it records (through
-the API or from a viewer) is logged with its offset into the video.
+the next one. At the stop the recording asks for one more keyframe, of the screen as it is
+then, and ends with it: browsers end a video at its last frame's start, so without it a
+still screen would play only up to its last change. Every action run on the desktop while
+it records (through the API or from a viewer) is logged with its offset into the video.
 
 A recording started with `overlay=True` shows the actions on the picture as well (click
 ripples, drag paths, scroll marks, captions of typed text and keys): its frames go through
@@ -40,6 +41,8 @@ log = logging.getLogger("cubicle.streaming")
 
 FIRST_FRAME_TIMEOUT_S = 5.0
 """How long a stopping recording still waits for its first frame."""
+LAST_FRAME_TIMEOUT_S = 2.0
+"""How long a stopping recording waits for its last frame: the screen at the stop."""
 _MICROSECONDS = Fraction(1, 1_000_000)
 _MIN_LAST_US = 33_333
 """Shortest duration given to the last frame: one frame at 30 fps."""
@@ -94,6 +97,10 @@ class Recorder:
         self._pending_at = 0
         """Hub-clock microseconds from which the pending frame shows."""
         self._first = asyncio.Event()
+        self._closing_at: int | None = None
+        """Hub-clock microseconds of the stop, once it began."""
+        self._last = asyncio.Event()
+        """Set once a frame of the stop's moment (or later) arrived."""
         self._task: asyncio.Task | None = None
         self._stopping: asyncio.Task | None = None
         self._subscription: Subscription | None = None
@@ -167,6 +174,8 @@ class Recorder:
                 if self._pending is not None:
                     await self._write(self._pending, self._pending_at, at)
                 self._pending, self._pending_at = frame, at
+                if self._closing_at is not None and at >= self._closing_at:
+                    self._last.set()
         except (av.FFmpegError, OSError) as exc:
             log.warning("recording %s failed: %s", self.id, exc)
             self._info.reason = f"writing the video failed: {exc}"
@@ -194,6 +203,11 @@ class Recorder:
         if self._pending is None and self._info.reason is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._first.wait(), FIRST_FRAME_TIMEOUT_S)
+        if self._pending is not None and self._task is not None and not self._task.done():
+            self._closing_at = stopped_us
+            self._hub.request_keyframe()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._last.wait(), LAST_FRAME_TIMEOUT_S)
         if self._subscription is not None:
             self._subscription.close()
         if self._task is not None:

@@ -13,7 +13,7 @@ from desktop.protocol import actions as a
 from streaming.hub import FrameHub
 from streaming.overlay import Caption, Marker, OverlayMessage, Ripple, ScrollMark, Trail
 from streaming.recording import Recorder
-from tests.streaming.pattern_source import PatternFrames
+from tests.streaming.test_recorder import StillScreen
 
 MAGENTA = np.array((230, 40, 120))
 """The agent's colour (`streaming.burnin.COLOURS["api"]`)."""
@@ -61,15 +61,6 @@ def test_a_persons_press_moves_and_release_are_a_ripple_then_a_path():
 def test_long_typed_text_is_cut():
     (caption,) = Marker().marks([a.Type(text="x" * 1000)])
     assert len(caption.text) == 201 and caption.text.endswith("…")
-
-
-class StillScreen(PatternFrames):
-    """Sends its first frame, then nothing until asked for a keyframe."""
-
-    async def _frames(self):
-        async for frame in super()._frames():
-            if frame.keyframe:
-                yield frame
 
 
 def magenta_near(picture: av.VideoFrame, x: int, y: int, reach: int = 45) -> int:
