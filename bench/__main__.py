@@ -18,7 +18,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import agent_step, board, click, create, density, grounding, live, pointer, screenshot
+from bench import (
+    adapters,
+    agent_step,
+    board,
+    click,
+    create,
+    density,
+    grounding,
+    live,
+    pointer,
+    screenshot,
+)
 from bench._run import Options, machine, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Any]] = {
@@ -31,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "live": lambda options: live.run(options.quick),
     "pointer": lambda options: pointer.run(options.quick),
     "board": board.run,
+    "adapters": adapters.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"
