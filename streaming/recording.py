@@ -206,8 +206,16 @@ class Recorder:
         if self._pending is not None and self._task is not None and not self._task.done():
             self._closing_at = stopped_us
             self._hub.request_keyframe()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._last.wait(), LAST_FRAME_TIMEOUT_S)
+            last = asyncio.create_task(self._last.wait())
+            try:  # unless the frames end first (the desktop went away)
+                await asyncio.wait(
+                    {last, self._task},
+                    timeout=LAST_FRAME_TIMEOUT_S,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                last.cancel()
+                await asyncio.wait({last})
         if self._subscription is not None:
             self._subscription.close()
         if self._task is not None:
