@@ -28,6 +28,7 @@ from bench import (
     evals,
     grounding,
     live,
+    pointer,
     screenshot,
 )
 from bench._run import Options, machine, progress
@@ -40,6 +41,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "grounding": lambda options: grounding.run(options.quick),
     "agent_step": lambda options: agent_step.run(options.quick),
     "live": lambda options: live.run(options.quick),
+    "pointer": lambda options: pointer.run(options.quick),
     "board": board.run,
     "adapters": adapters.run,
     "evals": lambda options: evals.run(options.quick),

@@ -160,6 +160,8 @@ class TaskStep(BaseModel):
     total_ms: float = 0.0
     screenshot: str = ""
     """URL path of the step's screenshot with the point drawn ("" when it has none)."""
+    video_offset_ms: float | None = None
+    """Milliseconds into the task's recording at which the step acted; None without one."""
 
 
 class Profile(_In):
