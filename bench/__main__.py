@@ -25,8 +25,10 @@ from bench import (
     click,
     create,
     density,
+    evals,
     grounding,
     live,
+    pointer,
     ray,
     screenshot,
 )
@@ -40,8 +42,10 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "grounding": lambda options: grounding.run(options.quick),
     "agent_step": lambda options: agent_step.run(options.quick),
     "live": lambda options: live.run(options.quick),
+    "pointer": lambda options: pointer.run(options.quick),
     "board": board.run,
     "adapters": adapters.run,
+    "evals": lambda options: evals.run(options.quick),
     "ray": ray.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
