@@ -64,6 +64,9 @@ def test_the_readme_cluster_gives_a_desktop_on_each_worker():
                     cli("desktop", "kill", desktop_id, env=client).strip() == f"killed {desktop_id}"
                 )
         finally:
+            with service.client() as api:  # the ray runtime's desktops outlive the service
+                for desktop in api.get("/api/desktops").json():
+                    api.delete(f"/api/desktops/{desktop['id']}")
             stop_service(service)
     finally:
         subprocess.run(
