@@ -52,6 +52,9 @@ ETC_ALLOWLIST = (
 )  # fmt: skip
 """What of the host's /etc a desktop may read: configuration of the programs it runs."""
 
+FONT_CACHE = Path("/var/cache/fontconfig")
+"""The system's font cache (`fc-cache`), shared read-only with every desktop."""
+
 IMAGES = Path(desktop.__file__).resolve().parent.parent / "images"
 HOME_SKELETON = IMAGES / "home"
 
@@ -277,6 +280,8 @@ class LocalRuntime(Runtime):
                 argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
         argv += ["--dir", "/var/tmp", "--dir", f"/run/user/{GUEST_UID}"]
+        if FONT_CACHE.is_dir():  # without it, every GTK program scans each font file at start
+            argv += ["--ro-bind", str(FONT_CACHE), str(FONT_CACHE)]
         argv += binds.args
         argv += ["--chdir", GUEST_HOME, "--info-fd", str(info_fd)]
         argv += [
