@@ -20,9 +20,12 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from desktop.guest import session as desktop_session
-from desktop.protocol.models import GuestEvent, Screen
+
+if TYPE_CHECKING:
+    from desktop.protocol.models import GuestEvent
 
 log = logging.getLogger("cubicle.guest")
 
@@ -47,6 +50,8 @@ class StatusPipe:
             self._file = None
 
     def stage(self, name: str) -> None:
+        from desktop.protocol.models import GuestEvent  # after the X server started
+
         self.event(GuestEvent(event=name))
 
 
@@ -118,6 +123,7 @@ async def serve(args: argparse.Namespace) -> int:
 
     from desktop.guest.app import create_app
     from desktop.guest.core import Guest
+    from desktop.protocol.models import GuestEvent, Screen
 
     os.environ.update(
         DISPLAY=session.display,
