@@ -110,6 +110,8 @@ class Board:
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        while self._saving:  # steps still being written: the database must see them
+            await asyncio.wait(set(self._saving))
         self.events.close()
         if self._db is not None:
             await self._call(self._db.close)
@@ -375,7 +377,7 @@ class Board:
             await self._call(self.db.add_step, step)
             self.events.publish("step", step=step.model_dump(mode="json"))
 
-        saving = asyncio.get_running_loop().create_task(save())
+        saving = asyncio.get_running_loop().create_task(save(), name=f"save-step-{step.task_id}")
         self._saving.add(saving)
         saving.add_done_callback(self._saving.discard)
 
