@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -21,7 +22,8 @@ from datetime import UTC, datetime, timedelta
 
 from desktop.events import ActionsRan, DesktopEnded, Events
 from desktop.guest_client import JSON, GuestClient
-from desktop.models import ActionSource, CreateDesktop, DesktopInfo, DesktopStatus
+from desktop.models import ActionSource, CreateDesktop, DesktopInfo, DesktopStatus, PoolInfo
+from desktop.pool import DesktopKind, PoolHooks, WarmPool
 from desktop.protocol import actions as a
 from desktop.protocol.errors import (
     CapacityReached,
@@ -38,6 +40,8 @@ log = logging.getLogger("cubicle.manager")
 
 KEEP_ENDED = 100
 """How many failed or stopped desktops stay listed (with their reason) until deleted."""
+BACKGROUND_START_FACTOR = 4
+"""A spare booting in the background may take this many times `start_timeout_s`."""
 
 
 @dataclass
@@ -86,9 +90,17 @@ class SandboxManager:
         """`ActionsRan` and `DesktopEnded`, for the other rooms."""
         self._runtimes: dict[str, Runtime] = {}
         self._desktops: OrderedDict[str, _Desktop] = OrderedDict()
-        self._pool: list[_Desktop] = []
-        """Ready desktops of the default kind, not yet handed out (not listed)."""
-        self._refilling: asyncio.Task | None = None
+        self.pool: WarmPool[_Desktop] = WarmPool(
+            settings,
+            PoolHooks(
+                new=self._spare,
+                boot=self._boot,
+                foreground=self._foreground,
+                discard=lambda d: self._end(d, "stopped", "a spare the warm pool no longer needs"),
+                in_use=self._running,
+            ),
+        )
+        """Desktops booted before anyone asked, handed out by `create` (not listed)."""
         self._reaper: asyncio.Task | None = None
 
     # --- lifecycle of the manager -----------------------------------------------------------
@@ -98,17 +110,17 @@ class SandboxManager:
         self.runtime(self.settings.runtime)
         if self._reaper is None:
             self._reaper = asyncio.create_task(self._reap_idle(), name="reap-idle-desktops")
-            self._refill_pool()
+            self.pool.start()
 
     async def stop(self) -> None:
         """Stop every desktop this manager started, pooled ones too; idempotent."""
-        for task in (self._reaper, self._refilling):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._reaper = self._refilling = None
-        everything = [*self._desktops.values(), *self._pool]
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        self._reaper = None
+        await self.pool.stop()
+        everything = list(self._desktops.values())
         await asyncio.gather(
             *(self._end(d, "stopped", "the service shut down") for d in everything),
             return_exceptions=True,
@@ -153,6 +165,7 @@ class SandboxManager:
             )
         record = await self._take_warm(request)
         if record is None:
+            await self.pool.make_room()
             record = _Desktop(self._spec(request), runtime, request.timeout_s)
             self._desktops[record.spec.id] = record
             try:
@@ -160,21 +173,26 @@ class SandboxManager:
             except BaseException:
                 del self._desktops[record.spec.id]
                 raise
-        self._refill_pool()
+        self.pool.refill()
         return record.info()
 
     async def _boot(self, record: _Desktop) -> None:
         """Start the record's sandbox and wait until its desktop is drawn."""
         spec = record.spec
         started = time.perf_counter()
+        timeout_s = self.settings.start_timeout_s
+        if spec.background:
+            timeout_s *= BACKGROUND_START_FACTOR
         try:
             record.sandbox = await self.runtime(record.runtime).start(spec)
-            async with asyncio.timeout(self.settings.start_timeout_s):
+            if spec.background and not record.spec.background:  # taken while it started
+                await record.sandbox.foreground()
+            async with asyncio.timeout(timeout_s):
                 await self._until_ready(record.sandbox)
         except BaseException as exc:
             reason = str(exc) if isinstance(exc, SandboxStartError) else None
             if isinstance(exc, TimeoutError):
-                reason = f"the desktop was not drawn within {self.settings.start_timeout_s:.0f} s"
+                reason = f"the desktop was not drawn within {timeout_s:.0f} s"
             if record.sandbox is not None:
                 await record.sandbox.stop()
             if reason is not None:
@@ -189,50 +207,36 @@ class SandboxManager:
 
     # --- the warm pool ---------------------------------------------------------------------
 
-    def _poolable(self, request: CreateDesktop) -> bool:
-        """Whether a desktop of the default kind answers this request."""
-        defaults = CreateDesktop()
-        return (
-            request.resolution == defaults.resolution
-            and not request.network
-            and request.runtime in (None, self.settings.runtime)
-            and request.memory_mb in (None, self.settings.memory_mb)
-            and request.max_pids in (None, self.settings.max_pids)
-            and request.disk_mb in (None, self.settings.disk_mb)
-        )
+    def want_warm(self, owner: str, count: int, request: CreateDesktop | None = None) -> None:
+        """Keep `count` drawn spares like `request` (default: the default kind) for `owner`,
+        besides `CUBICLE_WARM_POOL` for API users; 0 withdraws `owner`'s wish."""
+        self.pool.want(owner, count, request)
+
+    def pool_info(self) -> PoolInfo:
+        return self.pool.info()
+
+    def _spare(self, kind: DesktopKind) -> _Desktop:
+        spec = dataclasses.replace(self._spec(kind.request()), background=True)
+        return _Desktop(spec, kind.runtime, timeout_s=0)
+
+    @staticmethod
+    async def _foreground(record: _Desktop) -> None:
+        if record.spec.background:
+            record.spec = dataclasses.replace(record.spec, background=False)
+            if record.sandbox is not None:
+                await record.sandbox.foreground()
 
     async def _take_warm(self, request: CreateDesktop) -> _Desktop | None:
-        """A pooled desktop for this request (waiting for one being booted), or None."""
-        if not self._poolable(request):
+        """A spare for this request (waiting for one being booted), or None."""
+        record = await self.pool.take(request)
+        if record is None:
             return None
-        if not self._pool and self._refilling is not None and not self._refilling.done():
-            await asyncio.wait({self._refilling})
-        if not self._pool:
-            return None
-        record = self._pool.pop(0)
         record.from_pool = True
         record.timeout_s = request.timeout_s
         record.created_at = datetime.now(UTC)
         record.last_used = time.monotonic()
         self._desktops[record.spec.id] = record
         return record
-
-    def _refill_pool(self) -> None:
-        """Boot desktops in the background until the pool holds `warm_pool` of them."""
-        if self._refilling is None or self._refilling.done():
-            self._refilling = asyncio.create_task(self._fill_pool(), name="fill-warm-pool")
-
-    async def _fill_pool(self) -> None:
-        while len(self._pool) < self.settings.warm_pool:
-            if self._running() + len(self._pool) >= self.settings.max_desktops:
-                return
-            record = _Desktop(self._spec(CreateDesktop()), self.settings.runtime, timeout_s=0)
-            try:
-                await self._boot(record)
-            except SandboxStartError as exc:
-                log.warning("warm pool: %s", exc)
-                return
-            self._pool.append(record)
 
     @staticmethod
     async def _until_ready(sandbox: Sandbox) -> None:
@@ -258,8 +262,8 @@ class SandboxManager:
         if record.status in ("failed", "stopped"):
             return
         record.status, record.reason = status, reason
-        if record in self._pool:
-            self._pool.remove(record)
+        if record.spec.id not in self._desktops:
+            self.pool.forget(record)
         watcher, record.watcher = record.watcher, None
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()

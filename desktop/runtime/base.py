@@ -35,6 +35,8 @@ class SandboxSpec:
     """Disk the sandbox may fill (home, /tmp, uploads), in MiB."""
     max_file_bytes: int
     """Largest file the guest accepts through the files API, in bytes."""
+    background: bool = False
+    """Boot at low CPU priority (a warm pool's spare), until `Sandbox.foreground()`."""
 
 
 class Sandbox(abc.ABC):
@@ -55,6 +57,9 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def stop(self) -> None:
         """End the sandbox and everything in it, and free its resources; idempotent."""
+
+    async def foreground(self) -> None:  # noqa: B027 - runtimes without priorities ignore it
+        """Raise a sandbox started in the `background` to normal priority; idempotent."""
 
     @abc.abstractmethod
     def pids(self) -> list[int]:

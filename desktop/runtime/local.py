@@ -29,7 +29,7 @@ import desktop
 from desktop.guest_client import GuestEndpoint
 from desktop.protocol.errors import CapacityReached, SandboxStartError
 from desktop.protocol.models import GuestEvent
-from desktop.runtime import cgroups
+from desktop.runtime import cgroups, priority
 from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
 
 log = logging.getLogger("cubicle.runtime.local")
@@ -128,6 +128,7 @@ class LocalSandbox(Sandbox):
         self._slirp: asyncio.subprocess.Process | None = None
         self._last_failure: str | None = None
         self._stopped = False
+        self._background = spec.background and priority.can_raise()
 
     async def events(self) -> AsyncIterator[GuestEvent]:
         while line := await self._status.readline():
@@ -161,6 +162,18 @@ class LocalSandbox(Sandbox):
             with contextlib.suppress(FileNotFoundError):
                 return self._cgroup.pids()
         return [self._process.pid]
+
+    async def foreground(self) -> None:
+        if not self._background:
+            return
+        self._background = False
+
+        def everything() -> list[int]:
+            if self._cgroup is not None:
+                return self.pids()
+            return priority.descendants(self._process.pid)
+
+        await asyncio.to_thread(priority.raise_to_normal, everything)
 
     async def stop(self) -> None:
         if self._stopped:
@@ -389,6 +402,7 @@ class LocalRuntime(Runtime):
                 "--",
             ]
         launcher = [
+            *(priority.nice_argv() if spec.background and priority.can_raise() else []),
             "/bin/sh",
             "-c",
             'for f in $CUBICLE_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"',
