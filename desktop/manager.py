@@ -40,8 +40,9 @@ log = logging.getLogger("cubicle.manager")
 
 KEEP_ENDED = 100
 """How many failed or stopped desktops stay listed (with their reason) until deleted."""
-BACKGROUND_START_FACTOR = 4
-"""A spare booting in the background may take this many times `start_timeout_s`."""
+BACKGROUND_START_TIMEOUT_S = 600.0
+"""How long a spare may take to boot in the background: a busy host gives it little CPU.
+Once someone takes it, `start_timeout_s` counts again from then."""
 
 
 @dataclass
@@ -180,12 +181,10 @@ class SandboxManager:
         """Start the record's sandbox and wait until its desktop is drawn."""
         spec = record.spec
         started = time.perf_counter()
-        timeout_s = self.settings.start_timeout_s
-        if spec.background:
-            timeout_s *= BACKGROUND_START_FACTOR
+        timeout_s = BACKGROUND_START_TIMEOUT_S if spec.nice else self.settings.start_timeout_s
         try:
             record.sandbox = await self.runtime(record.runtime).start(spec)
-            if spec.background and not record.spec.background:  # taken while it started
+            if spec.nice and not record.spec.nice:  # taken while it started
                 await record.sandbox.foreground()
             async with asyncio.timeout(timeout_s):
                 await self._until_ready(record.sandbox)
@@ -216,13 +215,13 @@ class SandboxManager:
         return self.pool.info()
 
     def _spare(self, kind: DesktopKind) -> _Desktop:
-        spec = dataclasses.replace(self._spec(kind.request()), background=True)
+        spec = dataclasses.replace(self._spec(kind.request()), nice=self.settings.warm_pool_nice)
         return _Desktop(spec, kind.runtime, timeout_s=0)
 
     @staticmethod
     async def _foreground(record: _Desktop) -> None:
-        if record.spec.background:
-            record.spec = dataclasses.replace(record.spec, background=False)
+        if record.spec.nice:
+            record.spec = dataclasses.replace(record.spec, nice=0)
             if record.sandbox is not None:
                 await record.sandbox.foreground()
 

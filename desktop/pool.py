@@ -4,8 +4,8 @@ A spare is a desktop booted before anyone asked for it, not listed, handed out b
 to a create of its kind. How many spares of a kind the pool keeps is what its users want
 (`want`: the task board asks for its concurrency) plus `CUBICLE_WARM_POOL` of the default
 kind for API users; `CUBICLE_WARM_POOL=0` turns the pool off. Spares boot one at a time in
-the background, in the background priority of the runtime (`SandboxSpec.background`: a
-boot never slows a running desktop), and only while the service is under
+the background at `CUBICLE_WARM_POOL_NICE` (`SandboxSpec.nice`, 19: a boot takes only CPU
+no desktop wants, so it never slows a running one), and only while the service is under
 `CUBICLE_MAX_DESKTOPS` and the host has more than `CUBICLE_WARM_POOL_RESERVE_MB` of memory
 available. A create that finds no drawn spare but one still booting takes that one and
 raises it to normal priority: it is further along than a fresh boot.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from desktop.models import CreateDesktop, PoolInfo, PoolKind
-from desktop.protocol.errors import CubicleError
+from desktop.protocol.errors import CubicleError, SandboxStartError
 from desktop.settings import Settings
 
 log = logging.getLogger("cubicle.pool")
@@ -93,7 +93,7 @@ class PoolHooks(Generic[R]):
     new: Callable[[DesktopKind], R]
     """A record for a desktop of this kind, not started."""
     boot: Callable[[R], Awaitable[None]]
-    """Start it in the background priority and return once drawn; raises if it is not."""
+    """Start it at the pool's niceness and return once drawn; raises if it is not."""
     foreground: Callable[[R], Awaitable[None]]
     """Raise a booting or booted spare to normal priority."""
     discard: Callable[[R], Awaitable[None]]
@@ -227,8 +227,15 @@ class WarmPool(Generic[R]):
         self._raising.add(raising)
         raising.add_done_callback(self._raising.discard)
         if not spare.boot.done():
+            timeout_s = self.settings.start_timeout_s
             try:
-                await asyncio.shield(spare.boot)
+                async with asyncio.timeout(timeout_s):  # counted from now, in the foreground
+                    await asyncio.shield(spare.boot)
+            except TimeoutError:
+                await self._drop(spare)
+                raise SandboxStartError(
+                    f"a desktop was not drawn within {timeout_s:.0f} s of being asked for"
+                ) from None
             except asyncio.CancelledError:
                 if not spare.boot.done():  # the caller left: the spare goes on booting for another
                     self._spares.append(spare)

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     off."""
     warm_pool_reserve_mb: Annotated[int, Field(ge=0)] = 2048
     """The pool boots no spare while the host has less memory available than this, MiB."""
+    warm_pool_nice: Annotated[int, Field(ge=0, le=19)] = 19
+    """CPU niceness spares boot at: 19 gives them only CPU no desktop wants (on a host kept
+    busy they wait; one taken is raised at once), 0 boots them like any desktop."""
     memory_mb: Annotated[int, Field(ge=256)] = 2048
     """Default memory limit of a desktop, MiB."""
     max_pids: Annotated[int, Field(ge=64)] = 1024

@@ -128,7 +128,7 @@ class LocalSandbox(Sandbox):
         self._slirp: asyncio.subprocess.Process | None = None
         self._last_failure: str | None = None
         self._stopped = False
-        self._background = spec.background and priority.can_raise()
+        self._niced = spec.nice > 0 and priority.can_raise()
 
     async def events(self) -> AsyncIterator[GuestEvent]:
         while line := await self._status.readline():
@@ -164,9 +164,9 @@ class LocalSandbox(Sandbox):
         return [self._process.pid]
 
     async def foreground(self) -> None:
-        if not self._background:
+        if not self._niced:
             return
-        self._background = False
+        self._niced = False
 
         def everything() -> list[int]:
             if self._cgroup is not None:
@@ -402,7 +402,7 @@ class LocalRuntime(Runtime):
                 "--",
             ]
         launcher = [
-            *(priority.nice_argv() if spec.background and priority.can_raise() else []),
+            *(priority.nice_argv(spec.nice) if spec.nice and priority.can_raise() else []),
             "/bin/sh",
             "-c",
             'for f in $CUBICLE_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"',
@@ -468,6 +468,8 @@ class LocalRuntime(Runtime):
         sandbox = LocalSandbox(spec, directory, process, status, cgroup, release)
         try:
             info = await asyncio.wait_for(asyncio.to_thread(_read_json, info_r), 10)
+            if sandbox._niced:  # bwrap's --new-session made a session group at nice 0
+                await asyncio.to_thread(priority.lower_group, info["child-pid"], spec.nice)
             if spec.network:
                 await sandbox.attach_network(info["child-pid"])
         except BaseException:
