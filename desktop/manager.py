@@ -27,6 +27,7 @@ from desktop.pool import DesktopKind, PoolHooks, WarmPool
 from desktop.protocol import actions as a
 from desktop.protocol.errors import (
     CapacityReached,
+    CubicleError,
     DesktopGone,
     DesktopNotFound,
     DesktopStarting,
@@ -40,6 +41,8 @@ log = logging.getLogger("cubicle.manager")
 
 KEEP_ENDED = 100
 """How many failed or stopped desktops stay listed (with their reason) until deleted."""
+_WARM_UP_SHOT = {"format": "jpeg", "max_width": "64"}
+"""The screenshot a spare takes once drawn, to load the capture and encoding code."""
 BACKGROUND_START_TIMEOUT_S = 600.0
 """How long a spare may take to boot in the background: a busy host gives it little CPU.
 Once someone takes it, `start_timeout_s` counts again from then."""
@@ -95,7 +98,7 @@ class SandboxManager:
             settings,
             PoolHooks(
                 new=self._spare,
-                boot=self._boot,
+                boot=self._boot_spare,
                 foreground=self._foreground,
                 discard=lambda d: self._end(d, "stopped", "a spare the warm pool no longer needs"),
                 in_use=self._running,
@@ -217,6 +220,18 @@ class SandboxManager:
     def _spare(self, kind: DesktopKind) -> _Desktop:
         spec = dataclasses.replace(self._spec(kind.request()), nice=self.settings.warm_pool_nice)
         return _Desktop(spec, kind.runtime, timeout_s=0)
+
+    async def _boot_spare(self, record: _Desktop) -> None:
+        """Boot a spare, then have its guest load what it loads on first use (the screen
+        capture and the video's encoder): the first screenshot of a desktop taken from the
+        pool is then as quick as any other. Only spares pay that memory up front."""
+        await self._boot(record)
+        assert record.client is not None
+        try:
+            await record.client.request("GET", "/screenshot", params=_WARM_UP_SHOT)
+            await record.client.request("GET", "/frames/stats")
+        except CubicleError as exc:  # a spare that cannot warm up is still a desktop
+            log.warning("spare %s did not warm up: %s", record.spec.id, exc.message)
 
     @staticmethod
     async def _foreground(record: _Desktop) -> None:
