@@ -18,7 +18,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import agent_step, board, click, create, density, grounding, live, screenshot
+from bench import (
+    adapters,
+    agent_step,
+    board,
+    click,
+    create,
+    density,
+    grounding,
+    live,
+    pointer,
+    screenshot,
+)
 from bench._run import Options, machine, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Any]] = {
@@ -29,7 +40,9 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "grounding": lambda options: grounding.run(options.quick),
     "agent_step": lambda options: agent_step.run(options.quick),
     "live": lambda options: live.run(options.quick),
+    "pointer": lambda options: pointer.run(options.quick),
     "board": board.run,
+    "adapters": adapters.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"
