@@ -25,6 +25,7 @@ from bench import (
     click,
     create,
     density,
+    evals,
     grounding,
     live,
     pointer,
@@ -43,6 +44,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "pointer": lambda options: pointer.run(options.quick),
     "board": board.run,
     "adapters": adapters.run,
+    "evals": lambda options: evals.run(options.quick),
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"
