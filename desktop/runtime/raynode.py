@@ -148,6 +148,11 @@ class DesktopActor:
         await self._until(lambda: self._ended is not None, lease_s)
         return self._ended
 
+    async def foreground(self) -> None:
+        """Raise a desktop started `nice` (a warm pool's spare) to normal priority."""
+        if self._sandbox is not None:
+            await self._sandbox.foreground()
+
     async def keep(self, timeout_s: int, created_at: datetime) -> None:
         """The service's idle timeout for the desktop from now on (0: in the warm pool),
         and when the desktop was handed out."""

@@ -123,6 +123,11 @@ class RaySandbox(Sandbox):
         if not self._stopped and self._lost is None:  # fire and forget, in call order
             self._actor.keep.remote(timeout_s, created_at)
 
+    async def foreground(self) -> None:
+        if not self._stopped and self._lost is None:
+            with contextlib.suppress(ActorLost):
+                await self._call("foreground")
+
     def pids(self) -> list[int]:
         return []  # its processes run on another host
 
