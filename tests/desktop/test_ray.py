@@ -275,13 +275,14 @@ def test_a_dead_worker_fails_only_its_desktops_and_interrupts_its_board_task(
         task_desktop = api.get(f"/api/desktops/{task['desktop_id']}").json()
         assert task_desktop["node"]["id"] == doomed.node_id
 
-        victims = [*on_node(state.desktops, doomed), task["desktop_id"]]
+        listed = on_node(state.desktops, doomed)
+        victims = [*listed, task["desktop_id"]]
         survivors = on_node(state.desktops, survivor)
         killed_at = time.monotonic()
         cluster.kill_worker(doomed)
         fake_model.release()  # the agent acts on the dead desktop
 
-        for victim in victims:
+        for victim in listed:
             failed = wait_until(
                 lambda victim=victim: (
                     (d := api.get(f"/api/desktops/{victim}").json())["status"] == "failed" and d
@@ -297,11 +298,12 @@ def test_a_dead_worker_fails_only_its_desktops_and_interrupts_its_board_task(
         for desktop_id in survivors:
             exec_ = api.post(f"/api/desktops/{desktop_id}/exec", json={"command": "echo alive"})
             assert exec_.status_code == 200 and exec_.json()["stdout"] == "alive\n"
-        wait_until(lambda: not any(sandbox_running(v) for v in victims), 30, 0.5, "sandboxes gone")
 
+        # The task's desktop failed the same way; the board then released it.
         interrupted = wait_status(api, task["id"], *FINISHED)
         assert interrupted["status"] == "interrupted", interrupted
-        assert "retry" in interrupted["result"]
+        assert doomed.node_id[:12] in interrupted["result"] and "retry" in interrupted["result"]
+        wait_until(lambda: not any(sandbox_running(v) for v in victims), 30, 0.5, "sandboxes gone")
         for victim in on_node(state.desktops, doomed):
             del state.desktops[victim]
 
