@@ -204,7 +204,8 @@ class Vm:
         log_fd = os.open(machine.directory / "qemu.log", os.O_WRONLY | os.O_CREAT, 0o600)
         try:
             process = await asyncio.create_subprocess_exec(
-                *machine.argv(),
+                # QEMU dies with the service, whatever kills the service.
+                *("setpriv", "--pdeathsig", "KILL", "--", *machine.argv()),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
@@ -226,10 +227,24 @@ class Vm:
                     capabilities=[{"capability": "x-ignore-shared", "state": True}],
                 )
                 await qmp.execute("migrate-incoming", uri=f"fd:{machine.incoming_fd}")
+                await vm._resume_after_incoming()
         except BaseException:
             await _kill(process)
             raise
         return vm
+
+    async def _resume_after_incoming(self, timeout_s: float = 60.0) -> None:
+        """Wait until the saved state is loaded, then run (a state saved paused stays
+        paused: QEMU only starts by itself what was running when saved)."""
+        deadline = time.monotonic() + timeout_s
+        while (status := (await self.qmp.execute("query-migrate")).get("status")) != "completed":
+            if status in ("failed", "cancelled"):
+                raise SandboxStartError(f"loading the snapshot's state {status}")
+            if time.monotonic() > deadline:
+                raise SandboxStartError(f"the snapshot's state did not load in {timeout_s:.0f} s")
+            await asyncio.sleep(0.002)
+        if not (await self.qmp.execute("query-status")).get("running"):
+            await self.qmp.execute("cont")
 
     def exit_reason(self) -> str:
         """Why QEMU ended, from its status and the last lines it or the VM's console wrote."""
