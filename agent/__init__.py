@@ -3,36 +3,20 @@
 The agent drives desktops only through the `desktop` SDK, like any user program. Models
 are reached through OpenAI-compatible chat-completions endpoints. Grounders turn a
 description of an on-screen element into screen pixels (accessibility tree, OCR, or a
-vision model of a known family); every run is recorded step by step. Names load on
-first use.
+vision model of a known family); every run is recorded step by step.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from agent.errors import AgentError, GroundingError, ModelError
+from agent.grounding import Grounder, GroundingResult, VlmGrounder, smart_resize
+from agent.loop import Agent
+from agent.planner import ChatPlanner
+from agent.run import run_task
+from agent.settings import AgentSettings, load_settings
+from agent.store import RunStore
+from agent.uitars import UiTarsPlanner
 
-from desktop._lazy import lazy_names
-
-if TYPE_CHECKING:
-    from agent.errors import AgentError, GroundingError, ModelError
-    from agent.grounding import Grounder, GroundingResult, VlmGrounder, smart_resize
-    from agent.loop import Agent
-    from agent.planner import ChatPlanner
-    from agent.run import run_task
-    from agent.settings import AgentSettings, load_settings
-    from agent.store import RunStore
-    from agent.uitars import UiTarsPlanner
-
-_HOMES = {
-    "agent.errors": ("AgentError", "GroundingError", "ModelError"),
-    "agent.grounding": ("Grounder", "GroundingResult", "VlmGrounder", "smart_resize"),
-    "agent.loop": ("Agent",),
-    "agent.planner": ("ChatPlanner",),
-    "agent.run": ("run_task",),
-    "agent.settings": ("AgentSettings", "load_settings"),
-    "agent.store": ("RunStore",),
-    "agent.uitars": ("UiTarsPlanner",),
-}
 __all__ = [
     "Agent",
     "AgentError",
@@ -49,6 +33,3 @@ __all__ = [
     "run_task",
     "smart_resize",
 ]
-
-
-__getattr__ = lazy_names("agent", _HOMES)

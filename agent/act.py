@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from agent import actions as p
 from agent.settings import RunLimits
-from desktop import actions as a
+from desktop.protocol import actions as a
 from desktop.sdk import AsyncDesktop
 
 _OUTPUT_SHOWN = 2_000

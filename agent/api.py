@@ -1,8 +1,8 @@
 """`/api/runs`: the agent's recorded runs, for the web page and for replay.
 
-The service includes `router` (see `desktop.app.create_app(routers=...)`); every route
-needs the service's token. Runs are read from `<data_dir>/runs`, where `cubicle run` and
-the task board write them.
+The agent's room (`agent.room.AgentRoom`) mounts `router`; every route needs the service's
+token. Runs are read from `<data_dir>/runs`, where `cubicle run` and the task board write
+them.
 """
 
 from __future__ import annotations
@@ -14,16 +14,18 @@ from fastapi.responses import FileResponse
 
 from agent.steps import RunDetail, RunRecord
 from agent.store import RunStore
+from desktop.api.auth import require_token
+from desktop.services import services_of
 
 
-def get_run_store(request: Request) -> RunStore:
+async def get_run_store(request: Request) -> RunStore:
     """The runs of the service's data directory."""
-    return RunStore(request.app.state.settings.data_dir)
+    return RunStore(services_of(request).settings.data_dir)
 
 
 RunStoreDep = Annotated[RunStore, Depends(get_run_store)]
 
-router = APIRouter(prefix="/api/runs", tags=["runs"])
+router = APIRouter(prefix="/api/runs", tags=["runs"], dependencies=[Depends(require_token)])
 
 
 @router.get("")

@@ -1,4 +1,4 @@
-"""The agent's branch of Cubicle's error tree (the root lives in `desktop.errors`).
+"""The agent's branch of Cubicle's error tree (the root lives in `desktop.protocol.errors`).
 
     CubicleError
     └── AgentError                the agent could not do what it was asked
@@ -14,7 +14,7 @@ later the planner's) request method, with `raise ModelError(...) from exc`.
 
 from __future__ import annotations
 
-from desktop.errors import CubicleError, NotFound
+from desktop.protocol.errors import CubicleError, NotFound
 
 _RAW_SHOWN = 300
 """Characters of a model answer quoted in an error message."""

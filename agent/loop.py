@@ -26,7 +26,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-import httpx
 from PIL import Image
 
 from agent import actions as p
@@ -43,7 +42,7 @@ from agent.planner import (
 from agent.settings import RunLimits
 from agent.steps import Grounded, ModelCall, RunRecord, RunStatus, StepRecord, StepTimings
 from agent.store import RunStore, new_run_id, step_name
-from desktop.errors import (
+from desktop.protocol.errors import (
     AuthError,
     CubicleError,
     DesktopNotFound,
@@ -51,6 +50,7 @@ from desktop.errors import (
     GuestUnreachable,
     InvalidRequest,
     SandboxStartError,
+    ServiceUnreachable,
 )
 from desktop.sdk import AsyncDesktop
 
@@ -60,7 +60,14 @@ OnStep = Callable[[StepRecord], None]
 _OBSERVE_QUALITY = 90
 """JPEG quality of the screenshot taken at each step: at 1280×800 it comes and decodes in
 about half the time of a PNG, and text stays sharp enough for models and OCR."""
-_FATAL = (DesktopUnavailable, DesktopNotFound, GuestUnreachable, SandboxStartError, AuthError)
+_FATAL = (
+    DesktopUnavailable,
+    DesktopNotFound,
+    GuestUnreachable,
+    SandboxStartError,
+    AuthError,
+    ServiceUnreachable,
+)
 """Errors after which no further step can work: the run ends at once."""
 
 
@@ -108,13 +115,7 @@ def _ms(since: float) -> float:
 
 
 def _fatal(exc: BaseException) -> bool:
-    return isinstance(exc, (*_FATAL, httpx.TransportError))
-
-
-def _fatal_reason(exc: BaseException) -> str:
-    if isinstance(exc, httpx.TransportError):
-        return f"lost the connection to the Cubicle service ({type(exc).__name__}: {exc})"
-    return exc.message if isinstance(exc, CubicleError) else str(exc)
+    return isinstance(exc, _FATAL)
 
 
 class Agent:
@@ -219,8 +220,8 @@ class Agent:
             reason = f"cancelled during step {len(steps) + 1}; the desktop was left as it was"
             await asyncio.shield(self._finish(record, "cancelled", reason, steps))
             raise
-        except (*_FATAL, httpx.TransportError) as exc:
-            status, reason = "failed", _fatal_reason(exc)
+        except _FATAL as exc:
+            status, reason = "failed", exc.message
         except Exception as exc:
             await self._finish(record, "failed", f"internal error: {exc!r}", steps)
             raise

@@ -27,7 +27,7 @@ from agent.errors import AgentError, GroundingError
 from agent.grounding import _image, _parse
 from agent.grounding.families import Family, get_family
 from agent.steps import ModelCall
-from desktop.models import A11yNode, A11yTree
+from desktop.protocol.models import A11yNode, A11yTree
 
 
 class PlanError(AgentError):

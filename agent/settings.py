@@ -1,6 +1,7 @@
 """The agent's model profile and run limits: from CLI flags, the environment, a TOML file.
 
-Later sources win: defaults < the config file < environment < command-line flags.
+Later sources win: defaults < the config file < environment < command-line flags; the
+layering is pydantic-settings' own (`AgentSettings.settings_customise_sources`).
 
 - File: `--config PATH`, else `CUBICLE_AGENT_CONFIG`, else `$XDG_CONFIG_HOME/cubicle/agent.toml`
   when it exists. Same keys as `AgentSettings`, sections per role:
@@ -32,8 +33,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 
 PlannerKind = Literal["json", "ui-tars"]
 UI_TARS_FAMILIES = ("ui-tars", "ui-tars-1.5")
@@ -117,7 +124,15 @@ class RunLimits(_Section):
     """Seconds to wait for a launched or opened application's window to appear."""
 
 
-class AgentSettings(_Section):
+class AgentSettings(BaseSettings):
+    """Everything one agent run needs to know: endpoint, roles, limits.
+
+    Built directly, it takes only the values given; `load_settings` adds the config file
+    and the environment beneath them.
+    """
+
+    model_config = SettingsConfigDict(extra="forbid", frozen=True)
+
     base_url: str | None = None
     """The OpenAI-compatible endpoint shared by every role, usually ending in /v1."""
     api_key: str = "EMPTY"
@@ -136,6 +151,17 @@ class AgentSettings(_Section):
     planner: PlannerSettings = PlannerSettings()
     grounder: GrounderSettings = GrounderSettings()
     limits: RunLimits = RunLimits()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
 
     def resolve(self) -> AgentSettings:
         """These settings with every guess made; `InvalidRequest` naming what is missing."""
@@ -178,14 +204,43 @@ def _set(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     target[path[-1]] = value
 
 
-def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+class _AgentEnvironment(PydanticBaseSettingsSource):
+    """The environment variables of `_ENV`, each setting the field it names."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self._env = env
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        raise NotImplementedError  # __call__ reads every variable at once
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, where in _ENV.items():
+            if self._env.get(name):
+                _set(values, where, self._env[name])
+        return values
+
+
+def _layered(path: Path | None, env: Mapping[str, str]) -> type[AgentSettings]:
+    """`AgentSettings` reading flags over `env` over the TOML file at `path`."""
+
+    class Layered(AgentSettings):
+        model_config = SettingsConfigDict(toml_file=path)
+
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            **_: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            sources = [init_settings, _AgentEnvironment(settings_cls, env)]
+            if path is not None:
+                sources.append(TomlConfigSettingsSource(settings_cls))
+            return tuple(sources)
+
+    return Layered
 
 
 def config_path(explicit: Path | None, env: Mapping[str, str]) -> Path | None:
@@ -213,27 +268,17 @@ def load_settings(
     `resolve()` to make the guesses and check that the essentials are there.
     """
     env = os.environ if env is None else env
-    merged: dict[str, Any] = {}
     path = config_path(config, env)
-    if path is not None:
-        try:
-            merged = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise InvalidRequest(f"the agent config file {path} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise InvalidRequest(f"the agent config file {path} is not valid TOML: {exc}") from exc
-    layer: dict[str, Any] = {}
-    for name, where in _ENV.items():
-        if env.get(name):
-            _set(layer, where, env[name])
-    merged = _merge(merged, layer)
-    layer = {}
+    if path is not None and not path.is_file():
+        raise InvalidRequest(f"the agent config file {path} does not exist")
+    given: dict[str, Any] = {}
     for name, value in (flags or {}).items():
         if value is not None:
-            _set(layer, tuple(name.split(".")), value)
-    merged = _merge(merged, layer)
+            _set(given, tuple(name.split(".")), value)
     try:
-        return AgentSettings.model_validate(merged)
+        return _layered(path, env)(**given)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidRequest(f"the agent config file {path} is not valid TOML: {exc}") from exc
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"

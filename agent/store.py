@@ -20,7 +20,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 from agent.steps import Grounded, RunDetail, RunRecord, StepRecord
-from desktop.errors import InvalidRequest, NotFound
+from desktop.protocol.errors import InvalidRequest, NotFound
 
 _RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}")
 _MARK = (255, 0, 64)

@@ -1,7 +1,7 @@
 """`UiTarsPlanner`: a planner that grounds itself, speaking UI-TARS's own action language.
 
 UI-TARS answers `Thought: …` then `Action: click(start_box='(x,y)')`. The point is in the
-family's frame (see GROUNDING.md): 0–1000 for UI-TARS v1 ("ui-tars"), absolute pixels of
+family's frame (see docs/grounding.md): 0–1000 for UI-TARS v1 ("ui-tars"), absolute pixels of
 the smart-resized image for UI-TARS-1.5 ("ui-tars-1.5"), which is why the screenshot is
 sent at exactly that size. Actions are parsed with `ast` (never `eval`) and turned into
 the schema of `agent.actions`, points mapped to real screen pixels.
@@ -31,7 +31,7 @@ from agent.errors import GroundingError
 from agent.grounding._image import PreparedImage
 from agent.planner import ChatModelPlanner, Conversation, Observation, PastStep
 from agent.settings import UI_TARS_FAMILIES
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 
 PROMPT = """\
 You are a GUI agent. You are given a task and your action history, with screenshots. You \

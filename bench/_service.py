@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,7 +20,8 @@ from pathlib import Path
 
 import httpx
 
-from bench._run import REPO, progress
+from bench._run import progress
+from desktop.launcher import ServiceProcess
 from desktop.models import DesktopInfo
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -35,13 +32,22 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 class Service:
     """A running service and a keep-alive client authenticated to it."""
 
-    url: str
-    token: str
-    data_dir: Path
-    process: subprocess.Popen[bytes]
+    launched: ServiceProcess
     client: httpx.Client
     desktop_ids: set[str] = field(default_factory=set)
     """Every desktop this benchmark asked for, to be killed at the end."""
+
+    @property
+    def url(self) -> str:
+        return self.launched.url
+
+    @property
+    def token(self) -> str:
+        return self.launched.token
+
+    @property
+    def data_dir(self) -> Path:
+        return self.launched.data_dir
 
     def create_desktop(self) -> DesktopInfo:
         """POST /api/desktops with the defaults (1280×800); raises unless it answers 201."""
@@ -80,8 +86,7 @@ class Service:
         return False
 
     def log_tail(self, lines: int = 15) -> str:
-        text = (self.data_dir / "service.log").read_text(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
+        return self.launched.log_tail(lines)
 
 
 def desktop_pids(desktop_id: str) -> list[int]:
@@ -112,45 +117,10 @@ def _guest_drawn(socket: Path) -> bool:
             return False
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start(env_overrides: dict[str, str]) -> Service:
     data_dir = Path(tempfile.mkdtemp(prefix="cubicle-bench-"))
-    token = secrets.token_urlsafe(16)
-    port = _free_port()
-    env = {
-        **os.environ,
-        "CUBICLE_DATA_DIR": str(data_dir),
-        "CUBICLE_TOKEN": token,
-        "CUBICLE_PORT": str(port),
-        **env_overrides,
-    }
-    with open(data_dir / "service.log", "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "desktop.cli", "serve"],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
-    service = Service(url, token, data_dir, process, client)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            client.close()
-            raise RuntimeError(f"service exited:\n{service.log_tail()}")
-        with contextlib.suppress(httpx.TransportError):
-            if client.get("/healthz", timeout=1).status_code == 200:
-                return service
-        time.sleep(0.1)
-    _stop(service)
-    raise RuntimeError("service did not answer within 30 s")
+    process = ServiceProcess.start(data_dir=data_dir, env=env_overrides)
+    return Service(process, process.client())
 
 
 def _kill_listed(service: Service) -> None:
@@ -174,15 +144,9 @@ def _sweep_cgroups(desktop_ids: set[str]) -> list[int]:
 
 
 def _stop(service: Service) -> None:
-    if service.process.poll() is None:
+    if service.launched.process.poll() is None:
         _kill_listed(service)
-        service.process.send_signal(signal.SIGTERM)
-        try:
-            service.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            progress("service did not stop within 30 s of SIGTERM: killing it")
-            service.process.kill()
-            service.process.wait()
+        service.launched.stop()
     service.client.close()
     left = _sweep_cgroups(service.desktop_ids)
     if left:

@@ -52,9 +52,9 @@ from agent.grounding.ocr import OcrGrounder
 from bench._run import machine, progress
 from bench._service import Service, running_service
 from bench._stats import summarize
-from desktop.errors import WindowNotFound
 from desktop.guest.a11y import find, walk
-from desktop.models import A11yNode, A11yTree
+from desktop.protocol.errors import WindowNotFound
+from desktop.protocol.models import A11yNode, A11yTree
 from desktop.sdk import AsyncDesktop
 
 T = TypeVar("T")

@@ -113,7 +113,7 @@ def _cpu_groups(service: Service, desktop_id: str, vnc: VncStack) -> dict[str, A
         return lambda: [p for p in desktop_pids(desktop_id) if _program(p) == name]
 
     def service_tree() -> set[int]:
-        return descendants(service.process.pid) - set(desktop_pids(desktop_id))
+        return descendants(service.launched.process.pid) - set(desktop_pids(desktop_id))
 
     programs = ("guest", "xvfb", "marker", "x11vnc", "desktop_other")
     return {

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from desktop.errors import CubicleError
+from desktop.protocol.errors import CubicleError
 
 if TYPE_CHECKING:
     from agent.steps import StepRecord
@@ -28,10 +28,10 @@ if TYPE_CHECKING:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from agent.api import router as runs_router  # the assembly is where the rooms meet
-    from agent.board.api import router as board_router
+    from agent.room import AgentRoom  # the assembly is where the rooms meet
     from desktop.app import create_app
     from desktop.settings import Settings
+    from streaming.api import LiveRoom
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     if args.data_dir:
@@ -45,7 +45,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"\nCubicle is running: {url}\nTask board: {board}\n", flush=True)
 
     uvicorn.run(
-        create_app(settings, on_ready=announce, routers=[runs_router, board_router]),
+        create_app(settings, on_ready=announce, rooms=[LiveRoom(), AgentRoom()]),
         host=settings.host,
         port=settings.port,
         log_level="warning",
@@ -97,7 +97,7 @@ def _print_step(step: StepRecord) -> None:
 async def _viewer_url(d: AsyncDesktop) -> str:
     """A view-only link to the desktop's live view, or why there is none."""
     try:
-        return await d.share("view")
+        return (await d.share("view")).url
     except CubicleError as exc:
         return f"unavailable ({exc.message})"
 

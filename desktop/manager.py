@@ -1,8 +1,10 @@
 """The sandbox manager: every desktop's lifecycle, above whichever runtime starts them.
 
 It creates desktops and waits until they are drawn, hands out guest clients to the API,
-stops desktops that sat idle past their timeout, and notices when one dies, so that calls
-to it answer 410 with the reason instead of hanging.
+runs every batch of actions (`run_actions`: the one door for the API, the viewers and the
+agent), stops desktops that sat idle past their timeout, and notices when one dies, so that
+calls to it answer 410 with the reason instead of hanging. What happens is told to
+listeners through `events` (`desktop.events`).
 """
 
 from __future__ import annotations
@@ -13,19 +15,23 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from desktop.errors import (
+from desktop.events import ActionsRan, DesktopEnded, Events
+from desktop.guest_client import JSON, GuestClient
+from desktop.models import ActionSource, CreateDesktop, DesktopInfo, DesktopStatus
+from desktop.protocol import actions as a
+from desktop.protocol.errors import (
     CapacityReached,
     DesktopGone,
     DesktopNotFound,
     DesktopStarting,
     SandboxStartError,
 )
-from desktop.guest_client import GuestClient
-from desktop.models import CreateDesktop, DesktopInfo, DesktopStatus, Screen
-from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
+from desktop.protocol.models import Screen
+from desktop.runtime import Runtime, Sandbox, SandboxSpec, make_runtime
 from desktop.settings import Settings
 
 log = logging.getLogger("cubicle.manager")
@@ -37,6 +43,7 @@ KEEP_ENDED = 100
 @dataclass
 class _Desktop:
     spec: SandboxSpec
+    runtime: str
     timeout_s: int
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     status: DesktopStatus = "starting"
@@ -44,13 +51,15 @@ class _Desktop:
     startup_ms: float | None = None
     from_pool: bool = False
     last_used: float = field(default_factory=time.monotonic)
+    holders: set[object] = field(default_factory=set)
+    """Whoever keeps the desktop alive past its idle timeout (a recording, a controller)."""
     sandbox: Sandbox | None = None
     client: GuestClient | None = None
     watcher: asyncio.Task | None = None
 
     def info(self) -> DesktopInfo:
         expires = None
-        if self.status == "ready":
+        if self.status == "ready" and not self.holders:
             idle = time.monotonic() - self.last_used
             expires = datetime.now(UTC) + timedelta(seconds=max(0.0, self.timeout_s - idle))
         return DesktopInfo(
@@ -64,15 +73,18 @@ class _Desktop:
             reason=self.reason,
             startup_ms=self.startup_ms,
             from_pool=self.from_pool,
+            runtime=self.runtime,
         )
 
 
 class SandboxManager:
     """Creates, tracks and stops the desktops of one service."""
 
-    def __init__(self, runtime: Runtime, settings: Settings) -> None:
-        self.runtime = runtime
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.events = Events()
+        """`ActionsRan` and `DesktopEnded`, for the other rooms."""
+        self._runtimes: dict[str, Runtime] = {}
         self._desktops: OrderedDict[str, _Desktop] = OrderedDict()
         self._pool: list[_Desktop] = []
         """Ready desktops of the default kind, not yet handed out (not listed)."""
@@ -82,6 +94,8 @@ class SandboxManager:
     # --- lifecycle of the manager -----------------------------------------------------------
 
     def start(self) -> None:
+        """Build the default runtime (so a broken host fails at start) and begin the reaper."""
+        self.runtime(self.settings.runtime)
         if self._reaper is None:
             self._reaper = asyncio.create_task(self._reap_idle(), name="reap-idle-desktops")
             self._refill_pool()
@@ -99,6 +113,14 @@ class SandboxManager:
             *(self._end(d, "stopped", "the service shut down") for d in everything),
             return_exceptions=True,
         )
+        runtimes, self._runtimes = list(self._runtimes.values()), {}
+        await asyncio.gather(*(runtime.close() for runtime in runtimes))
+
+    def runtime(self, name: str) -> Runtime:
+        """The runtime called `name`, built on first use."""
+        if name not in self._runtimes:
+            self._runtimes[name] = make_runtime(name, self.settings)
+        return self._runtimes[name]
 
     # --- desktops ------------------------------------------------------------------------
 
@@ -112,12 +134,18 @@ class SandboxManager:
             memory_mb=request.memory_mb or self.settings.memory_mb,
             max_pids=request.max_pids or self.settings.max_pids,
             cpu_cores=self.settings.cpu_cores,
+            disk_mb=request.disk_mb or self.settings.disk_mb,
             max_file_bytes=self.settings.max_upload_bytes,
         )
 
+    def _running(self) -> int:
+        return sum(d.status in ("starting", "ready") for d in self._desktops.values())
+
     async def create(self, request: CreateDesktop) -> DesktopInfo:
         """Start a desktop (or take a warm one) and return once it is drawn."""
-        running = sum(d.status in ("starting", "ready") for d in self._desktops.values())
+        runtime = request.runtime or self.settings.runtime
+        self.runtime(runtime)  # an unknown runtime is a 422 before anything starts
+        running = self._running()
         if running >= self.settings.max_desktops:
             raise CapacityReached(
                 f"{running} desktops are running, the limit is {self.settings.max_desktops}: "
@@ -125,7 +153,7 @@ class SandboxManager:
             )
         record = await self._take_warm(request)
         if record is None:
-            record = _Desktop(spec=self._spec(request), timeout_s=request.timeout_s)
+            record = _Desktop(self._spec(request), runtime, request.timeout_s)
             self._desktops[record.spec.id] = record
             try:
                 await self._boot(record)
@@ -140,7 +168,7 @@ class SandboxManager:
         spec = record.spec
         started = time.perf_counter()
         try:
-            record.sandbox = await self.runtime.start(spec)
+            record.sandbox = await self.runtime(record.runtime).start(spec)
             async with asyncio.timeout(self.settings.start_timeout_s):
                 await self._until_ready(record.sandbox)
         except BaseException as exc:
@@ -153,7 +181,7 @@ class SandboxManager:
                 raise SandboxStartError(f"desktop {spec.id} did not start: {reason}") from exc
             raise
         record.startup_ms = (time.perf_counter() - started) * 1000
-        record.client = GuestClient(record.sandbox.socket_path)
+        record.client = GuestClient(record.sandbox.endpoint)
         record.status = "ready"
         record.last_used = time.monotonic()
         record.watcher = asyncio.create_task(self._watch(record), name=f"watch-{spec.id}")
@@ -163,13 +191,14 @@ class SandboxManager:
 
     def _poolable(self, request: CreateDesktop) -> bool:
         """Whether a desktop of the default kind answers this request."""
+        defaults = CreateDesktop()
         return (
-            request.resolution == CreateDesktop().resolution
+            request.resolution == defaults.resolution
             and not request.network
-            and (
-                request.memory_mb in (None, self.settings.memory_mb)
-                and request.max_pids in (None, self.settings.max_pids)
-            )
+            and request.runtime in (None, self.settings.runtime)
+            and request.memory_mb in (None, self.settings.memory_mb)
+            and request.max_pids in (None, self.settings.max_pids)
+            and request.disk_mb in (None, self.settings.disk_mb)
         )
 
     async def _take_warm(self, request: CreateDesktop) -> _Desktop | None:
@@ -195,10 +224,9 @@ class SandboxManager:
 
     async def _fill_pool(self) -> None:
         while len(self._pool) < self.settings.warm_pool:
-            running = sum(d.status in ("starting", "ready") for d in self._desktops.values())
-            if running + len(self._pool) >= self.settings.max_desktops:
+            if self._running() + len(self._pool) >= self.settings.max_desktops:
                 return
-            record = _Desktop(spec=self._spec(CreateDesktop()), timeout_s=0)
+            record = _Desktop(self._spec(CreateDesktop()), self.settings.runtime, timeout_s=0)
             try:
                 await self._boot(record)
             except SandboxStartError as exc:
@@ -209,11 +237,11 @@ class SandboxManager:
     @staticmethod
     async def _until_ready(sandbox: Sandbox) -> None:
         async for event in sandbox.events():
-            log.debug("desktop %s: %s", sandbox.id, event)
-            if event.get("event") == "ready":
+            log.debug("desktop %s: %s", sandbox.id, event.event)
+            if event.event == "ready":
                 return
-            if event.get("event") == "failed":
-                raise SandboxStartError(event.get("reason", "the guest reported a failure"))
+            if event.event == "failed":
+                raise SandboxStartError(event.reason or "the guest reported a failure")
         raise SandboxStartError(await sandbox.wait())
 
     async def _watch(self, record: _Desktop) -> None:
@@ -232,12 +260,16 @@ class SandboxManager:
         record.status, record.reason = status, reason
         if record in self._pool:
             self._pool.remove(record)
-        if record.watcher is not None and record.watcher is not asyncio.current_task():
-            record.watcher.cancel()
+        watcher, record.watcher = record.watcher, None
+        if watcher is not None and watcher is not asyncio.current_task():
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         if record.client is not None:
             await record.client.close()
         if record.sandbox is not None:
             await record.sandbox.stop()
+        self.events.emit(DesktopEnded(record.spec.id, status, reason))
         ended = [k for k, d in self._desktops.items() if d.status in ("failed", "stopped")]
         for key in ended[:-KEEP_ENDED]:
             del self._desktops[key]
@@ -266,8 +298,33 @@ class SandboxManager:
         record.last_used = time.monotonic()
         return record.client
 
-    def sandbox(self, desktop_id: str) -> Sandbox | None:
-        return self._record(desktop_id).sandbox
+    async def run_actions(
+        self, desktop_id: str, actions: Sequence[a.Action], *, source: ActionSource
+    ) -> a.ActionsResponse:
+        """Run a batch on a desktop, in order, for anyone (API, viewer, agent).
+
+        The guest checks the whole batch against its live screen before anything runs; once
+        it ran, listeners hear `ActionsRan` (recordings log it from there).
+        """
+        guest = self.guest(desktop_id)
+        started = time.monotonic()
+        body = a.action_batch_adapter.dump_json(list(actions))
+        answer = await guest.request("POST", "/actions", content=body, content_type=JSON)
+        result = answer.model(a.ActionsResponse)
+        self.events.emit(ActionsRan(desktop_id, tuple(actions), started, source, result))
+        return result
+
+    def hold(self, desktop_id: str, holder: object) -> None:
+        """Keep a ready desktop alive past its idle timeout until `release(…, holder)`."""
+        self.guest(desktop_id)
+        self._record(desktop_id).holders.add(holder)
+
+    def release(self, desktop_id: str, holder: object) -> None:
+        """Let the idle timeout run again (counted from now) once no one holds it."""
+        record = self._desktops.get(desktop_id)
+        if record is not None and holder in record.holders:
+            record.holders.discard(holder)
+            record.last_used = time.monotonic()
 
     def extend(self, desktop_id: str, timeout_s: int) -> DesktopInfo:
         """Set a new idle timeout, counted from now."""
@@ -288,6 +345,6 @@ class SandboxManager:
             now = time.monotonic()
             for record in list(self._desktops.values()):
                 idle = now - record.last_used
-                if record.status == "ready" and idle > record.timeout_s:
+                if record.status == "ready" and not record.holders and idle > record.timeout_s:
                     log.info("desktop %s idle for %.0f s: stopping", record.spec.id, idle)
                     await self._end(record, "stopped", f"idle for more than {record.timeout_s} s")

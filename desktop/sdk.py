@@ -26,16 +26,22 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
 import httpx
+from pydantic import BaseModel, TypeAdapter
 
-from desktop import actions as a
-from desktop._http import raise_for_error
-from desktop._transport import build_request, lean_transport_for, send
-from desktop.errors import AuthError
 from desktop.models import (
-    A11yTree,
+    ActionLog,
     CreateDesktop,
-    CursorPosition,
     DesktopInfo,
+    RecordingInfo,
+    ShareLink,
+)
+from desktop.protocol import actions as a
+from desktop.protocol.errors import AuthError, ServiceUnreachable, WindowNotFound, raise_for_status
+from desktop.protocol.models import (
+    A11yTree,
+    ClipboardText,
+    CursorPosition,
+    ExecRequest,
     ExecResult,
     FileEntry,
     Launched,
@@ -44,7 +50,12 @@ from desktop.models import (
 from desktop.settings import Settings
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 Point = tuple[int, int]
+_WINDOWS = TypeAdapter(list[WindowInfo])
+_ENTRIES = TypeAdapter(list[FileEntry])
+_DESKTOPS = TypeAdapter(list[DesktopInfo])
+_RECORDINGS = TypeAdapter(list[RecordingInfo])
 
 
 def _connection(base_url: str | None, token: str | None) -> tuple[str, str]:
@@ -61,29 +72,38 @@ def _connection(base_url: str | None, token: str | None) -> tuple[str, str]:
 
 
 class _Api:
-    """An authenticated HTTP client for the service."""
+    """An authenticated HTTP client for the service: every answer, or a `CubicleError`."""
 
     def __init__(self, base_url: str | None, token: str | None, timeout_s: float) -> None:
-        url, token = _connection(base_url, token)
-        self._url = url
-        self._headers = {"Authorization": f"Bearer {token}"}
-        self._timeout = httpx.Timeout(timeout_s, connect=10.0)
-        self._lean = lean_transport_for(url)
+        self.url, token = _connection(base_url, token)
         self.http = httpx.AsyncClient(
-            base_url=url, transport=self._lean, headers=self._headers, timeout=self._timeout
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
         )
 
     async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        if self._lean is None:  # https or a proxy: httpx's own client and transport
+        try:
             response = await self.http.request(method, path, **kwargs)
-        else:  # plain http: straight to the lean transport, whose pool the client shares
-            request = build_request(
-                method, self._url + path, self._timeout, headers=self._headers, **kwargs
-            )
-            response = await send(self._lean, request)
-        if response.status_code >= 400:
-            raise_for_error(response)
+        except httpx.TimeoutException as exc:
+            raise ServiceUnreachable(
+                f"the Cubicle service at {self.url} did not answer {method} {path} in time "
+                f"({type(exc).__name__}): it may be overloaded; try again"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise ServiceUnreachable(
+                f"cannot reach the Cubicle service at {self.url} ({exc or type(exc).__name__}): "
+                "is it running? Start it with ./scripts/serve.sh, or set CUBICLE_URL"
+            ) from exc
+        raise_for_status(response.status_code, response.content)
         return response
+
+    async def model(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
+        """Call, and read the answer as `model`."""
+        return model.model_validate_json((await self.call(method, path, **kwargs)).content)
+
+    async def close(self) -> None:
+        await self.http.aclose()
 
 
 class AsyncCommands:
@@ -101,9 +121,11 @@ class AsyncCommands:
         timeout_s: float = 60,
         stdin: str | None = None,
     ) -> ExecResult:
-        body = {"command": command, "cwd": cwd, "env": env or {}, "timeout_s": timeout_s}
-        response = await self._d._call("POST", "exec", json=body | {"stdin": stdin})
-        return ExecResult.model_validate_json(response.content)
+        """Run a shell command line (or an argv list) and wait for it to end."""
+        request = ExecRequest(
+            command=command, cwd=cwd, env=env or {}, timeout_s=timeout_s, stdin=stdin
+        )
+        return await self._d._model(ExecResult, "POST", "exec", json=request.model_dump())
 
 
 class AsyncFiles:
@@ -117,12 +139,13 @@ class AsyncFiles:
 
     async def write(self, path: str, data: bytes | str) -> FileEntry:
         content = data.encode() if isinstance(data, str) else data
-        response = await self._d._call("PUT", "files", params={"path": path}, content=content)
-        return FileEntry.model_validate_json(response.content)
+        return await self._d._model(
+            FileEntry, "PUT", "files", params={"path": path}, content=content
+        )
 
     async def list(self, path: str = "~") -> list[FileEntry]:
         response = await self._d._call("GET", "files", params={"path": path})
-        return [FileEntry.model_validate(item) for item in response.json()]
+        return _ENTRIES.validate_json(response.content)
 
     async def remove(self, path: str) -> None:
         await self._d._call("DELETE", "files", params={"path": path})
@@ -147,20 +170,28 @@ class AsyncDesktop:
         timeout_s: int = 600,
         network: bool = False,
         memory_mb: int | None = None,
+        disk_mb: int | None = None,
+        runtime: str | None = None,
         base_url: str | None = None,
         token: str | None = None,
     ) -> AsyncDesktop:
         """Start a new desktop; returns once it is drawn."""
         api = _Api(base_url, token, timeout_s=120)
         request = CreateDesktop(
-            resolution=resolution, timeout_s=timeout_s, network=network, memory_mb=memory_mb
+            resolution=resolution,
+            timeout_s=timeout_s,
+            network=network,
+            memory_mb=memory_mb,
+            disk_mb=disk_mb,
+            runtime=runtime,
         )
         try:
-            response = await api.call("POST", "/api/desktops", json=request.model_dump())
+            body = request.model_dump(exclude_none=True)
+            info = await api.model(DesktopInfo, "POST", "/api/desktops", json=body)
         except BaseException:
-            await api.http.aclose()
+            await api.close()
             raise
-        return cls(DesktopInfo.model_validate_json(response.content), api)
+        return cls(info, api)
 
     @classmethod
     async def connect(
@@ -168,8 +199,12 @@ class AsyncDesktop:
     ) -> AsyncDesktop:
         """Attach to a desktop that already runs."""
         api = _Api(base_url, token, timeout_s=120)
-        response = await api.call("GET", f"/api/desktops/{desktop_id}")
-        return cls(DesktopInfo.model_validate_json(response.content), api)
+        try:
+            info = await api.model(DesktopInfo, "GET", f"/api/desktops/{desktop_id}")
+        except BaseException:
+            await api.close()
+            raise
+        return cls(info, api)
 
     @property
     def id(self) -> str:
@@ -178,15 +213,16 @@ class AsyncDesktop:
     async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         return await self._api.call(method, f"/api/desktops/{self.id}/{path}", **kwargs)
 
+    async def _model(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
+        return await self._api.model(model, method, f"/api/desktops/{self.id}/{path}", **kwargs)
+
     async def refresh(self) -> DesktopInfo:
-        self.info = DesktopInfo.model_validate_json(
-            (await self._api.call("GET", f"/api/desktops/{self.id}")).content
-        )
+        self.info = await self._api.model(DesktopInfo, "GET", f"/api/desktops/{self.id}")
         return self.info
 
     async def set_timeout(self, timeout_s: int) -> None:
         """Stop the desktop after `timeout_s` idle seconds from now."""
-        await self._call("POST", "timeout", json={"timeout_s": timeout_s})
+        self.info = await self._model(DesktopInfo, "POST", "timeout", json={"timeout_s": timeout_s})
 
     async def kill(self) -> None:
         """Stop the desktop and close the connection."""
@@ -197,7 +233,7 @@ class AsyncDesktop:
 
     async def close(self) -> None:
         """Close the connection to the service; the desktop keeps running."""
-        await self._api.http.aclose()
+        await self._api.close()
 
     async def __aenter__(self) -> AsyncDesktop:
         return self
@@ -209,9 +245,11 @@ class AsyncDesktop:
 
     async def actions(self, *actions: a.Action) -> a.ActionsResponse:
         """Run actions in order (all are checked before any runs)."""
-        payload = [action.model_dump(mode="json") for action in actions]
-        response = await self._call("POST", "actions", json=payload)
-        return a.ActionsResponse.model_validate_json(response.content)
+        body = a.action_batch_adapter.dump_json(list(actions))
+        headers = {"Content-Type": "application/json"}
+        return await self._model(
+            a.ActionsResponse, "POST", "actions", content=body, headers=headers
+        )
 
     async def left_click(self, x: int | None = None, y: int | None = None) -> None:
         await self.actions(a.Click(x=x, y=y))
@@ -286,11 +324,11 @@ class AsyncDesktop:
         return self.info.screen.width, self.info.screen.height
 
     async def get_cursor_position(self) -> Point:
-        position = CursorPosition.model_validate_json((await self._call("GET", "cursor")).content)
+        position = await self._model(CursorPosition, "GET", "cursor")
         return position.x, position.y
 
     async def get_windows(self) -> list[WindowInfo]:
-        return [WindowInfo.model_validate(w) for w in (await self._call("GET", "windows")).json()]
+        return _WINDOWS.validate_json((await self._call("GET", "windows")).content)
 
     async def get_application_windows(self, application: str) -> list[WindowInfo]:
         """Windows whose application (WM_CLASS) matches, case-insensitively."""
@@ -298,10 +336,17 @@ class AsyncDesktop:
         return [w for w in await self.get_windows() if w.app.lower() == wanted]
 
     async def get_current_window_id(self) -> int | None:
+        """The focused window's id; None when no window has the focus."""
         return next((w.id for w in await self.get_windows() if w.focused), None)
 
     async def get_window_title(self, window_id: int) -> str:
-        return next((w.title for w in await self.get_windows() if w.id == window_id), "")
+        """A window's title; `WindowNotFound` when no such window is open."""
+        for window in await self.get_windows():
+            if window.id == window_id:
+                return window.title
+        raise WindowNotFound(
+            f"no window {window_id} on desktop {self.id}: list them with get_windows()"
+        )
 
     async def window(
         self, window_id: int, op: Literal["activate", "close", "maximize", "minimize"]
@@ -310,43 +355,54 @@ class AsyncDesktop:
 
     async def accessibility_tree(self, app: str | None = None) -> A11yTree:
         params = {"app": app} if app else {}
-        return A11yTree.model_validate_json(
-            (await self._call("GET", "a11y", params=params)).content
-        )
+        return await self._model(A11yTree, "GET", "a11y", params=params)
 
     # --- the computer -------------------------------------------------------------------
 
     async def open(self, file_or_url: str) -> Launched:
         """Open a file or URL with its default application."""
-        response = await self._call("POST", "open", json={"target": file_or_url})
-        return Launched.model_validate_json(response.content)
+        return await self._model(Launched, "POST", "open", json={"target": file_or_url})
 
     async def launch(self, application: str, *args: str) -> Launched:
-        response = await self._call("POST", "launch", json={"app": application, "args": args})
-        return Launched.model_validate_json(response.content)
+        body = {"app": application, "args": list(args)}
+        return await self._model(Launched, "POST", "launch", json=body)
 
     async def exec(self, command: str | list[str], **kwargs: Any) -> ExecResult:
         return await self.commands.run(command, **kwargs)
 
-    async def share(self, mode: Literal["view", "control"] = "view", ttl_s: int = 86_400) -> str:
-        """A link to the desktop's live view, valid `ttl_s` seconds; `control` may take over."""
-        response = await self._call("POST", "share", json={"mode": mode, "ttl_s": ttl_s})
-        return str(response.json()["url"])
-
-    async def start_recording(self) -> dict[str, Any]:
-        """Start recording the screen to MP4 (or get the recording already running): the
-        recording's info, its `id` among it."""
-        return (await self._call("POST", "recording/start")).json()
-
-    async def stop_recording(self) -> dict[str, Any]:
-        """Stop the running recording; its final info (duration, frames, size)."""
-        return (await self._call("POST", "recording/stop")).json()
-
     async def get_clipboard(self) -> str:
-        return (await self._call("GET", "clipboard")).json()["text"]
+        return (await self._model(ClipboardText, "GET", "clipboard")).text
 
     async def set_clipboard(self, text: str) -> None:
-        await self._call("PUT", "clipboard", json={"text": text})
+        await self._call("PUT", "clipboard", json=ClipboardText(text=text).model_dump())
+
+    # --- watching and recording ---------------------------------------------------------
+
+    async def share(
+        self, mode: Literal["view", "control"] = "view", ttl_s: int = 86_400
+    ) -> ShareLink:
+        """A link to the desktop's live view, valid `ttl_s` seconds; `control` may take over."""
+        return await self._model(ShareLink, "POST", "share", json={"mode": mode, "ttl_s": ttl_s})
+
+    async def start_recording(self) -> RecordingInfo:
+        """Start recording the screen to MP4 (or get the recording already running)."""
+        return await self._model(RecordingInfo, "POST", "recording/start")
+
+    async def stop_recording(self) -> RecordingInfo:
+        """Stop the running recording; its final info (duration, frames, size)."""
+        return await self._model(RecordingInfo, "POST", "recording/stop")
+
+    async def recordings(self) -> list[RecordingInfo]:
+        """Every recording of this desktop, the running one included."""
+        return _RECORDINGS.validate_json((await self._call("GET", "recordings")).content)
+
+    async def recording_actions(self, recording_id: str) -> ActionLog:
+        """The actions run during a recording, each with its offset into the video."""
+        return await self._model(ActionLog, "GET", f"recordings/{recording_id}/actions")
+
+    async def recording_video(self, recording_id: str) -> bytes:
+        """The MP4 of a finished recording."""
+        return (await self._call("GET", f"recordings/{recording_id}.mp4")).content
 
 
 # --- the blocking twin ------------------------------------------------------------------------
@@ -464,6 +520,9 @@ class Desktop:
     stop_recording = _blocking(AsyncDesktop.stop_recording)
     get_clipboard = _blocking(AsyncDesktop.get_clipboard)
     set_clipboard = _blocking(AsyncDesktop.set_clipboard)
+    recordings = _blocking(AsyncDesktop.recordings)
+    recording_actions = _blocking(AsyncDesktop.recording_actions)
+    recording_video = _blocking(AsyncDesktop.recording_video)
 
 
 async def list_desktops(
@@ -474,5 +533,24 @@ async def list_desktops(
     try:
         response = await api.call("GET", "/api/desktops")
     finally:
-        await api.http.aclose()
-    return [DesktopInfo.model_validate(item) for item in response.json()]
+        await api.close()
+    return _DESKTOPS.validate_json(response.content)
+
+
+async def wait_for_service(
+    *, base_url: str | None = None, token: str | None = None, timeout_s: float = 30.0
+) -> None:
+    """Return once the service answers; `ServiceUnreachable` if it has not within `timeout_s`."""
+    api = _Api(base_url, token, timeout_s=2)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    try:
+        while True:
+            try:
+                await api.call("GET", "/healthz")
+                return
+            except ServiceUnreachable:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+            await asyncio.sleep(0.05)
+    finally:
+        await api.close()

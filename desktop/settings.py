@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -28,7 +28,8 @@ class Settings(BaseSettings):
     port: int = 8000
     token: str | None = None
     """API token; generated on first start and kept in `data_dir/token` when unset."""
-    runtime: Literal["local"] = "local"
+    runtime: str = "local"
+    """The runtime new desktops start in unless they ask for another (`desktop.runtime`)."""
     max_desktops: Annotated[int, Field(ge=1, le=1000)] = 32
     warm_pool: Annotated[int, Field(ge=0, le=16)] = 1
     """Desktops of the default kind kept started and drawn, handed out at once on create."""
@@ -36,6 +37,8 @@ class Settings(BaseSettings):
     """Default memory limit of a desktop, MiB."""
     max_pids: Annotated[int, Field(ge=64)] = 1024
     """Default process and thread limit of a desktop."""
+    disk_mb: Annotated[int, Field(ge=64)] = 4096
+    """Default disk of a desktop (home, /tmp, uploads together), MiB."""
     cpu_cores: Annotated[float, Field(gt=0)] | None = None
     """CPU time one desktop may use, in cores; unset, desktops share the CPU by equal weight."""
     max_upload_mb: Annotated[int, Field(ge=1)] = 100

@@ -19,7 +19,7 @@ from Xlib import display as xdisplay
 from Xlib import error as xerror
 from Xlib.ext import damage
 
-from desktop.errors import SandboxError
+from desktop.protocol.errors import SandboxError
 
 
 @contextlib.contextmanager

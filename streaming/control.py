@@ -3,9 +3,9 @@
 Every open viewer (a WebRTC peer, or the fallback's WebSocket) joins the desktop's `Control`
 under an id. One viewer at a time controls: taking control takes it from whoever had it,
 whose held keys and buttons are let go first; the others stay view-only, and every viewer
-hears who controls. Input from the controller becomes `desktop.actions` and goes through the
-same path as the REST API's actions (the guest's `POST /actions`, XTest), in order; pointer
-moves that pile up while the guest is busy collapse into the last one.
+hears who controls. Input from the controller becomes `desktop.protocol.actions` and goes
+through the same door as the REST API's actions (`SandboxManager.run_actions`), in order;
+pointer moves that pile up while the guest is busy collapse into the last one.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from desktop import actions as a
-from desktop.errors import CubicleError, Forbidden, ViewerNotFound
+from desktop.protocol import actions as a
+from desktop.protocol.errors import CubicleError, Forbidden, ViewerNotFound
 from streaming.keys import KeyboardState
 
 log = logging.getLogger("cubicle.streaming")
@@ -146,18 +146,26 @@ class Viewer:
         self._channel.close()
 
 
-RunActions = Callable[[list[a.Action]], Awaitable[None]]
-"""Runs a batch of actions on the desktop (and logs them), raising the guest's error."""
+RunActions = Callable[[list[a.Action]], Awaitable[object]]
+"""Runs a batch of actions on the desktop, raising the guest's error."""
 
 
 class Control:
     """The viewers of one desktop and which of them controls it."""
 
-    def __init__(self, run_actions: RunActions, *, name: str = "control") -> None:
+    def __init__(
+        self,
+        run_actions: RunActions,
+        *,
+        name: str = "control",
+        on_hand_over: Callable[[Viewer | None], None] = lambda _: None,
+    ) -> None:
         self.name = name
         self.viewers: dict[str, Viewer] = {}
         self.controller: Viewer | None = None
         self._run_actions = run_actions
+        self._on_hand_over = on_hand_over
+        """Hears the new controller (None: no one) each time control changes hands."""
         self._keyboard = KeyboardState()
         self._buttons: dict[str, None] = {}
         self._queue: asyncio.Queue[tuple[Viewer, list[a.Action]]] = asyncio.Queue()
@@ -209,6 +217,7 @@ class Control:
         if held and previous is not None:
             self._enqueue(previous, held)
         log.info("%s: control %s → %s", self.name, previous and previous.id, viewer and viewer.id)
+        self._on_hand_over(viewer)
         for each in self.viewers.values():
             each.send(self._state_for(each))
 

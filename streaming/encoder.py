@@ -18,7 +18,7 @@ import av
 from av.video.frame import PictureType
 from av.video.reformatter import VideoReformatter
 
-from desktop.errors import SandboxError
+from desktop.protocol.errors import SandboxError
 from streaming.frames import EncodedFrame
 
 _FILTER_ROWS = 4

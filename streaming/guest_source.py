@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
-import httpx
-
 from desktop.guest_client import GuestClient
 from streaming.frames import EncodedFrame, read_frames
 
@@ -26,12 +24,9 @@ class GuestFrames:
     async def open(self) -> AsyncIterator[AsyncIterator[EncodedFrame]]:
         # No read timeout: a still screen sends nothing for as long as it stays still.
         async with self._guest().stream(
-            "GET",
-            "/frames",
-            params={"fps": self._fps},
-            timeout=httpx.Timeout(None, connect=5.0),
+            "GET", "/frames", params={"fps": self._fps}, read_timeout_s=None
         ) as response:
-            yield read_frames(response.aiter_raw())
+            yield read_frames(response.chunks())
 
     async def request_keyframe(self) -> None:
         await self._guest().request("POST", "/frames/keyframe")

@@ -25,7 +25,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
-from desktop.errors import CubicleError, DesktopUnavailable, NotFound
+from desktop.protocol.errors import CubicleError, DesktopUnavailable, NotFound
 from streaming.frames import EncodedFrame, FrameStreamError
 
 log = logging.getLogger("cubicle.streaming")

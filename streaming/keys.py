@@ -21,7 +21,7 @@ and characters are taps, and `release()` lets go of every held modifier.
 
 from __future__ import annotations
 
-from desktop import actions as a
+from desktop.protocol import actions as a
 
 MODIFIERS: dict[str, str] = {
     "ShiftLeft": "Shift_L",

@@ -1,36 +1,38 @@
 """Everything live about each desktop: its hub, viewers, control, MJPEG feed and recordings.
 
-`LiveDesktops` is built by the app's lifespan. It makes a `LiveDesktop` the first time a
-desktop is watched, recorded or driven, and closes it (viewers hung up, recording finished,
-reader stopped) once the desktop stopped, failed or was killed. A desktop that someone
-watches or records counts as in use, so its idle timeout does not run out under a viewer.
+`LiveDesktops` is what the live view's room (`streaming.api.LiveRoom`) runs: started with
+the service, it listens to the manager's events, makes a `LiveDesktop` the first time
+a desktop is watched, recorded or driven, logs every action that runs on a desktop into
+its recording, and closes a desktop's live side (viewers hung up, recording finished,
+reader stopped) as soon as the manager says the desktop ended. A recording, or a person in
+control, keeps a desktop alive past its idle timeout; a view-only watcher does not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from desktop import actions as a
-from desktop.errors import Conflict, DesktopNotFound, NotFound, RecordingNotFound
+from desktop.events import ActionsRan, DesktopEnded, DesktopEvent
 from desktop.manager import SandboxManager
-from desktop.models import DesktopInfo
-from streaming.control import Control, ControlState, Transport
+from desktop.models import ActionLog, DesktopInfo, RecordingInfo
+from desktop.protocol import actions as a
+from desktop.protocol.errors import Conflict, DesktopNotFound, NotFound, RecordingNotFound
+from desktop.services import Services
+from streaming.control import Control, ControlState, Transport, Viewer
 from streaming.guest_source import GuestFrames
 from streaming.hub import FrameHub, HubStats
 from streaming.mjpeg import JpegFeed
-from streaming.recording import ActionLog, ActionSource, Recorder, RecordingInfo, read_log
+from streaming.recording import Recorder, read_log
 from streaming.source import VideoStats
 from streaming.webrtc import WebRtcViewer
 
 log = logging.getLogger("cubicle.streaming")
 
-SWEEP_S = 0.5
-"""How often desktops that ended are looked for, seconds."""
 _VIDEO_STATS = TypeAdapter(VideoStats)
 """Reads the guest's `GET /frames/stats` (the guest's own `VideoStats`, as JSON)."""
 
@@ -71,15 +73,15 @@ class LiveDesktop:
 
         self.hub = FrameHub(GuestFrames(guest), name=f"video-{desktop_id}")
         self.jpeg = JpegFeed(guest, name=f"mjpeg-{desktop_id}")
-        self.control = Control(self._run_viewer_actions, name=f"control-{desktop_id}")
+        self.control = Control(
+            self._run_viewer_actions,
+            name=f"control-{desktop_id}",
+            on_hand_over=self._on_hand_over,
+        )
         self.peers: dict[str, WebRtcViewer] = {}
         self.recorder: Recorder | None = None
         """The recording running now; finished ones are files."""
         self._guest = guest
-
-    @property
-    def in_use(self) -> bool:
-        return bool(self.control.viewers or self.jpeg.watchers or self.recorder)
 
     # --- viewers ---------------------------------------------------------------------------
 
@@ -102,14 +104,12 @@ class LiveDesktop:
         return viewer, answer
 
     async def _run_viewer_actions(self, actions: list[a.Action]) -> None:
-        started = time.monotonic()
-        await self._guest().post_json("/actions", a.action_batch_adapter.dump_json(actions))
-        self.log_actions(actions, started, "viewer")
+        await self._manager.run_actions(self.id, actions, source="viewer")
 
-    def log_actions(self, actions: list[a.Action], started: float, source: ActionSource) -> None:
-        """Log actions that started at `started` (`time.monotonic()`) into a recording."""
+    def log_actions(self, event: ActionsRan) -> None:
+        """Log a batch that ran on this desktop into its recording, if one runs."""
         if self.recorder is not None:
-            self.recorder.log(actions, self.hub.clock_us(started), source)
+            self.recorder.log(list(event.actions), self.hub.clock_us(event.started), event.source)
 
     # --- control ---------------------------------------------------------------------------
 
@@ -119,11 +119,19 @@ class LiveDesktop:
     def release_control(self, viewer_id: str) -> ControlState:
         return self.control.release(viewer_id)
 
+    def _on_hand_over(self, controller: Viewer | None) -> None:
+        """A person in control keeps the desktop alive: the agent may be paused for them."""
+        if controller is not None:
+            self._manager.hold(self.id, self.control)
+        else:
+            self._manager.release(self.id, self.control)
+
     # --- recordings ------------------------------------------------------------------------
 
     def start_recording(self) -> RecordingInfo:
         """Start recording; if one is running already, that one."""
         if self.recorder is None:
+            self._manager.hold(self.id, self)
             self.recorder = Recorder(self.hub, self._recordings_dir, self.id)
             self.recorder.start()
         return self.recorder.info()
@@ -134,6 +142,7 @@ class LiveDesktop:
             raise Conflict(
                 f"desktop {self.id} is not recording: start with POST .../recording/start"
             )
+        self._manager.release(self.id, self)
         return await recorder.stop()
 
     # --- state -----------------------------------------------------------------------------
@@ -141,8 +150,8 @@ class LiveDesktop:
     async def state(self) -> LiveState:
         controller = self.control.controller
         try:
-            response = await self._guest().request("GET", "/frames/stats")
-            encoder = _VIDEO_STATS.validate_json(response.content)
+            answer = await self._guest().request("GET", "/frames/stats")
+            encoder = _VIDEO_STATS.validate_json(answer.content)
         except (NotFound, ValidationError):
             encoder = None
         return LiveState(
@@ -168,6 +177,8 @@ class LiveDesktop:
         if self.recorder is not None:
             recorder, self.recorder = self.recorder, None
             await recorder.stop()
+        self._manager.release(self.id, self)
+        self._manager.release(self.id, self.control)
         await asyncio.gather(*(peer.close() for peer in list(self.peers.values())))
         await self.control.stop()
         await self.jpeg.stop()
@@ -175,44 +186,68 @@ class LiveDesktop:
 
 
 class LiveDesktops:
-    """The live side of every desktop of one manager."""
+    """The live side of every desktop of one service (`streaming.api.LiveRoom` runs it)."""
 
-    def __init__(self, manager: SandboxManager, recordings: Path) -> None:
-        self.recordings = recordings
-        """Directory with one folder of recordings per desktop."""
-        self._manager = manager
+    def __init__(self) -> None:
+        self._manager: SandboxManager | None = None
+        self.recordings = Path()
+        """Directory with one folder of recordings per desktop (set at start)."""
         self._live: dict[str, LiveDesktop] = {}
-        self._sweeper: asyncio.Task | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        self._unsubscribe: Callable[[], None] | None = None
 
-    def start(self) -> None:
+    async def start(self, services: Services) -> None:
         if logging.getLogger("aioice").level == logging.NOTSET:
             # aioice tells every ICE check at INFO: a screenful per viewer.
             logging.getLogger("aioice").setLevel(logging.WARNING)
-        if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep(), name="sweep-live-desktops")
+        self._manager = services.manager
+        self.recordings = services.settings.data_dir / "recordings"
+        self._unsubscribe = services.manager.events.subscribe(self._on_event)
+        services.add(self)
 
     async def stop(self) -> None:
-        """Close everything live; idempotent."""
-        sweeper, self._sweeper = self._sweeper, None
-        if sweeper is not None:
-            sweeper.cancel()
-            await asyncio.wait([sweeper])
+        """Close everything live, and wait for what is still closing; idempotent."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         live, self._live = list(self._live.values()), {}
         await asyncio.gather(*(each.close() for each in live))
+        while self._closing:
+            await asyncio.wait(set(self._closing))
+
+    @property
+    def manager(self) -> SandboxManager:
+        if self._manager is None:
+            raise RuntimeError("the live view has not started")
+        return self._manager
 
     def get(self, desktop_id: str) -> LiveDesktop:
         """The live side of a ready desktop; raises if it is unknown, starting or gone."""
-        self._manager.guest(desktop_id)
+        self.manager.guest(desktop_id)
         if desktop_id not in self._live:
-            self._live[desktop_id] = LiveDesktop(desktop_id, self._manager, self.recordings)
+            self._live[desktop_id] = LiveDesktop(desktop_id, self.manager, self.recordings)
         return self._live[desktop_id]
 
-    def log_actions(
-        self, desktop_id: str, actions: list[a.Action], started: float, source: ActionSource
-    ) -> None:
-        """Log actions run on a desktop into its recording, if one is running."""
-        if (live := self._live.get(desktop_id)) is not None:
-            live.log_actions(actions, started, source)
+    def _on_event(self, event: DesktopEvent) -> None:
+        match event:
+            case ActionsRan(desktop_id=desktop_id):
+                if (live := self._live.get(desktop_id)) is not None:
+                    live.log_actions(event)
+            case DesktopEnded(desktop_id=desktop_id, status=status):
+                if (live := self._live.pop(desktop_id, None)) is not None:
+                    log.info("desktop %s is %s: closing its live view", desktop_id, status)
+                    closing = asyncio.get_running_loop().create_task(
+                        self._close(live), name=f"close-live-{desktop_id}"
+                    )
+                    self._closing.add(closing)
+                    closing.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close(live: LiveDesktop) -> None:
+        try:
+            await live.close()
+        except Exception:  # one desktop's failure must not leave the others unclosed
+            log.exception("closing the live view of desktop %s failed", live.id)
 
     # --- recordings on disk ----------------------------------------------------------------
 
@@ -249,7 +284,7 @@ class LiveDesktops:
         if (live := self._live.get(desktop_id)) is not None and live.recorder is not None:
             found[live.recorder.id] = live.recorder.info()
         if not found:
-            self._manager.get(desktop_id)  # an unknown desktop is a 404, a known one an empty list
+            self.manager.get(desktop_id)  # an unknown desktop is a 404, a known one an empty list
         return sorted(found.values(), key=lambda info: info.started_at)
 
     def _unknown(self, desktop_id: str, recording_id: str) -> RecordingNotFound:
@@ -257,23 +292,3 @@ class LiveDesktops:
             f"desktop {desktop_id} has no recording {recording_id!r}: "
             f"list them with GET /api/desktops/{desktop_id}/recordings"
         )
-
-    # --- housekeeping ----------------------------------------------------------------------
-
-    async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(SWEEP_S)
-            for desktop_id, live in list(self._live.items()):
-                try:
-                    status = self._manager.get(desktop_id).status
-                except DesktopNotFound:
-                    status = "stopped"
-                if status != "ready":
-                    log.info("desktop %s is %s: closing its live view", desktop_id, status)
-                    self._live.pop(desktop_id, None)
-                    try:
-                        await live.close()
-                    except Exception:  # one desktop's failure must not end the sweeping
-                        log.exception("closing the live view of desktop %s failed", desktop_id)
-                elif live.in_use:
-                    self._manager.guest(desktop_id)  # watching counts as using

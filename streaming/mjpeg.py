@@ -12,8 +12,8 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
-from desktop.errors import CubicleError, DesktopUnavailable, NotFound
 from desktop.guest_client import GuestClient
+from desktop.protocol.errors import CubicleError, DesktopUnavailable, NotFound
 
 log = logging.getLogger("cubicle.streaming")
 

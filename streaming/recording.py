@@ -20,12 +20,11 @@ import uuid
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Literal
 
 import av
-from pydantic import BaseModel
 
-from desktop import actions as a
+from desktop.models import ActionEntry, ActionLog, ActionSource, RecordingInfo
+from desktop.protocol import actions as a
 from streaming.frames import EncodedFrame
 from streaming.hub import FrameHub, Subscription
 
@@ -36,41 +35,6 @@ FIRST_FRAME_TIMEOUT_S = 5.0
 _MICROSECONDS = Fraction(1, 1_000_000)
 _MIN_LAST_US = 33_333
 """Shortest duration given to the last frame: one frame at 30 fps."""
-
-ActionSource = Literal["api", "viewer"]
-RecordingStatus = Literal["recording", "finished", "failed"]
-
-
-class ActionEntry(BaseModel):
-    offset_ms: float
-    """Milliseconds from the start of the video to the action (0 if it came first)."""
-    source: ActionSource
-    """`api`: a REST call; `viewer`: a person controlling from the browser."""
-    action: a.Action
-
-
-class RecordingInfo(BaseModel):
-    id: str
-    desktop_id: str
-    status: RecordingStatus
-    started_at: datetime
-    stopped_at: datetime | None = None
-    duration_ms: float | None = None
-    """Milliseconds of video; None until the first frame arrived."""
-    frames: int = 0
-    bytes: int = 0
-    """Size of the MP4 file."""
-    width: int | None = None
-    """Pixels."""
-    height: int | None = None
-    """Pixels."""
-    reason: str | None = None
-    """Why a recording failed."""
-
-
-class ActionLog(BaseModel):
-    recording: RecordingInfo
-    actions: list[ActionEntry]
 
 
 class _Mp4Writer:

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from desktop.errors import CubicleError, SandboxError
+from desktop.protocol.errors import CubicleError, SandboxError
 from streaming.capture import DamagedScreen
 from streaming.encoder import H264Encoder
 from streaming.frames import EncodedFrame

@@ -42,7 +42,7 @@ from aiortc.rtcrtpparameters import (
     RTCRtpParameters,
 )
 
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 from streaming.control import Control, Viewer
 from streaming.hub import FrameHub, Subscription
 

@@ -6,45 +6,18 @@ sandboxes with Xvfb and XFCE, and tests talk to them over real sockets.
 
 from __future__ import annotations
 
-import os
-import secrets
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
+from desktop.launcher import ServiceProcess
 from tests.agent.fake_model import FakeModelServer
 
-
-@dataclass
-class Service:
-    url: str
-    token: str
-    data_dir: Path
-    process: subprocess.Popen
-
-    def client(self, **kwargs) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {self.token}"},
-            timeout=120,
-            **kwargs,
-        )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+Service = ServiceProcess
 
 
 def start_service(
@@ -52,45 +25,12 @@ def start_service(
 ) -> Service:
     """Start `cubicle serve` on a free port with its own data directory and token (or
     those given, to restart a service on its data)."""
-    data_dir = data_dir or Path(tempfile.mkdtemp(prefix="cubicle-test-"))
-    token = token or secrets.token_urlsafe(16)
-    port = _free_port()
-    env = {
-        **os.environ,
-        "CUBICLE_DATA_DIR": str(data_dir),
-        "CUBICLE_TOKEN": token,
-        "CUBICLE_PORT": str(port),
-        "CUBICLE_REAP_INTERVAL_S": "0.5",
-        **env_overrides,
-    }
-    log = open(data_dir / "service.log", "ab")  # noqa: SIM115 - handed to the child
-    process = subprocess.Popen(
-        [sys.executable, "-m", "desktop.cli", "serve"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"service exited: {(data_dir / 'service.log').read_text()}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return Service(url, token, data_dir, process)
-        except httpx.TransportError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("service did not answer within 30 s")
+    env = {"CUBICLE_REAP_INTERVAL_S": "0.5", **env_overrides}
+    return ServiceProcess.start(data_dir=data_dir, token=token, env=env)
 
 
 def stop_service(service: Service) -> None:
-    service.process.send_signal(signal.SIGTERM)
-    try:
-        service.process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        service.process.kill()
-        service.process.wait()
+    service.stop()
 
 
 @pytest.fixture(scope="session")

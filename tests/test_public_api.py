@@ -1,37 +1,81 @@
 """The names users import from `desktop` are pinned: changing them is a breaking change."""
 
 import desktop
+from desktop.protocol import errors
 
 
 def test_public_names_are_pinned():
     assert desktop.__all__ == [
+        "A11yNode",
+        "A11yTree",
+        "A11yUnavailable",
         "Action",
+        "ActionLog",
         "ActionsResponse",
         "AsyncDesktop",
+        "AuthError",
+        "CapacityReached",
+        "Click",
+        "Conflict",
         "CubicleError",
         "Desktop",
         "DesktopGone",
         "DesktopInfo",
         "DesktopNotFound",
+        "DesktopStarting",
+        "DesktopUnavailable",
+        "Drag",
         "ExecResult",
         "FileEntry",
+        "FileNotFound",
+        "Forbidden",
+        "GuestUnreachable",
         "InvalidRequest",
+        "Key",
+        "KeyDown",
+        "KeyUp",
+        "Launched",
+        "MouseDown",
+        "MouseUp",
+        "Move",
+        "NotFound",
         "OffScreen",
         "PathNotAllowed",
+        "PayloadTooLarge",
+        "RecordingInfo",
+        "RecordingNotFound",
+        "SandboxError",
+        "SandboxStartError",
+        "Screen",
+        "Scroll",
+        "ServiceUnreachable",
+        "ShareLink",
+        "Type",
         "UnknownKey",
+        "ViewerNotFound",
+        "Wait",
+        "WaitForSettle",
         "WindowInfo",
+        "WindowNotFound",
         "list_desktops",
     ]
     for name in desktop.__all__:
-        assert getattr(desktop, name).__name__ in (name, "Annotated")
+        assert getattr(desktop, name).__name__ in (name, "Annotated", "Union")
+
+
+def test_every_error_class_a_caller_can_meet_is_exported():
+    exported = {getattr(desktop, name) for name in desktop.__all__}
+    for cls in errors.error_classes():
+        if cls.__module__ == "desktop.protocol.errors":
+            assert cls in exported, cls.__name__
 
 
 def test_every_error_code_is_unique_and_round_trips():
-    from desktop import errors
-
     classes = errors.error_classes()
     codes = [cls.code for cls in classes]
     assert len(codes) == len(set(codes))
     for cls in classes:
-        rebuilt = errors.from_code(cls.code, "message")
+        body = errors.ErrorBody.of(cls("message"))
+        rebuilt = errors.ErrorBody.model_validate_json(body.model_dump_json()).to_error(418)
         assert type(rebuilt) is cls and rebuilt.message == "message"
+        assert rebuilt.status_code == 418

@@ -1,16 +1,14 @@
 """`/api/tasks` and `/api/board`: the task board over HTTP, with live updates as SSE.
 
-The service includes `router` behind its token (see `desktop.app.create_app(routers=...)`);
-its lifespan starts the board's workers with the service and stops them with it.
+The agent's room (`agent.room.AgentRoom`) mounts `router` and runs the board's workers
+with the service; every route needs the service's token.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Annotated, Any, get_args
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter, ValidationError
@@ -32,7 +30,9 @@ from agent.board.models import (
     TaskStatus,
     TaskStep,
 )
-from desktop.errors import InvalidRequest, PayloadTooLarge
+from desktop.api.auth import require_token
+from desktop.protocol.errors import InvalidRequest, PayloadTooLarge
+from desktop.services import services_of
 
 _BATCH_BYTES = 32 * 1024 * 1024
 """Largest body `POST /api/tasks/batch` reads."""
@@ -46,26 +46,13 @@ def service_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-@contextlib.asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Runs inside the service's own lifespan: settings and token are known by then."""
-    settings = app.state.settings
-    board = Board(settings.data_dir, service_url(settings.host, settings.port), app.state.token)
-    await board.start()
-    app.state.board = board
-    try:
-        yield
-    finally:
-        await board.stop()
-
-
-def get_board(request: Request) -> Board:
-    return request.app.state.board
+async def get_board(request: Request) -> Board:
+    return services_of(request).get(Board)
 
 
 BoardDep = Annotated[Board, Depends(get_board)]
 
-router = APIRouter(tags=["tasks"], lifespan=lifespan)
+router = APIRouter(tags=["tasks"], dependencies=[Depends(require_token)])
 
 
 def _statuses(status: str | None) -> list[TaskStatus]:

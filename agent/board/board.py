@@ -21,8 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
-
 from agent.board.db import TaskDB
 from agent.board.events import Events
 from agent.board.models import (
@@ -44,7 +42,8 @@ from agent.board.runner import RunPlan, TaskRun
 from agent.errors import ProfileNotFound, TaskNotFound
 from agent.settings import AgentSettings, load_settings
 from agent.store import RunStore, new_run_id
-from desktop.errors import Conflict, InvalidRequest
+from desktop.protocol.errors import Conflict, InvalidRequest, ServiceUnreachable
+from desktop.sdk import wait_for_service
 
 log = logging.getLogger("cubicle.board")
 T = TypeVar("T")
@@ -111,6 +110,8 @@ class Board:
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        while self._saving:  # steps still being written: the database must see them
+            await asyncio.wait(set(self._saving))
         self.events.close()
         if self._db is not None:
             await self._call(self._db.close)
@@ -304,18 +305,12 @@ class Board:
 
     async def _service_answers(self) -> None:
         """Wait until the service's own address answers (runs drive desktops through it)."""
-        deadline = asyncio.get_running_loop().time() + _SERVICE_WAIT_S
-        async with httpx.AsyncClient(base_url=self.service_url, timeout=2) as http:
-            while True:
-                try:
-                    if (await http.get("/healthz")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                if asyncio.get_running_loop().time() > deadline:
-                    log.error("the service does not answer at %s: tasks wait", self.service_url)
-                    return
-                await asyncio.sleep(0.05)
+        try:
+            await wait_for_service(
+                base_url=self.service_url, token=self.token, timeout_s=_SERVICE_WAIT_S
+            )
+        except ServiceUnreachable:
+            log.error("the service does not answer at %s: tasks wait", self.service_url)
 
     async def _start(self, task: Task, settings: BoardSettings) -> None:
         profiles = await self.profiles()
@@ -382,7 +377,7 @@ class Board:
             await self._call(self.db.add_step, step)
             self.events.publish("step", step=step.model_dump(mode="json"))
 
-        saving = asyncio.get_running_loop().create_task(save())
+        saving = asyncio.get_running_loop().create_task(save(), name=f"save-step-{step.task_id}")
         self._saving.add(saving)
         saving.add_done_callback(self._saving.discard)
 

@@ -22,7 +22,7 @@ from agent.run import agent_for
 from agent.settings import AgentSettings
 from agent.steps import StepRecord
 from agent.store import RunStore
-from desktop.errors import CubicleError
+from desktop.protocol.errors import CubicleError
 from desktop.sdk import AsyncDesktop
 
 log = logging.getLogger("cubicle.board")
@@ -133,8 +133,8 @@ class TaskRun:
         except CubicleError as exc:  # the run goes on without a video
             log.warning("task %s: no recording: %s", self.task.id, exc.message)
             return None
-        await self.update(self.task.id, recording_id=info["id"])
-        return str(info["id"])
+        await self.update(self.task.id, recording_id=info.id)
+        return info.id
 
     async def _open_start(self, start: str) -> None:
         """Open the task's start app, file or URL as the agent's own `launch`/`open` would:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 
 _ASPECT_TOLERANCE = 0.02
 """Relative difference allowed between the screenshot's and the screen's aspect ratios."""

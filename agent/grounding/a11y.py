@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from PIL import Image
 
 from agent.grounding.base import Grounder, GroundingResult
-from desktop.models import A11yNode, A11yTree
+from desktop.protocol.models import A11yNode, A11yTree
 from desktop.sdk import AsyncDesktop
 
 MIN_SCORE = 0.7

@@ -25,7 +25,7 @@ from agent.grounding.base import Grounder, GroundingResult
 from agent.grounding.families import get_family
 from agent.grounding.ocr import OcrGrounder
 from agent.grounding.vlm import VlmGrounder
-from desktop.errors import A11yUnavailable, InvalidRequest
+from desktop.protocol.errors import A11yUnavailable, InvalidRequest
 from desktop.sdk import AsyncDesktop
 
 log = logging.getLogger(__name__)

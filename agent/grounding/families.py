@@ -1,4 +1,4 @@
-"""What each grounding-model family expects and answers (see GROUNDING.md).
+"""What each grounding-model family expects and answers (see docs/grounding.md).
 
 A `Family` knows the prompt its models were trained on, the image size to send, extra request
 parameters, how to parse the answer, and the frame the answer's numbers live in:
@@ -31,7 +31,7 @@ from agent.grounding.resize import (
     UI_TARS_MIN_PIXELS,
     smart_resize,
 )
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 
 Convention = Literal["0-1000", "0-1", "image-pixels"]
 Messages = list[ChatCompletionMessageParam]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 
 QWEN_MIN_PIXELS = 4 * 28 * 28
 """Default lower bound on h̄·w̄ (3136) of the Qwen2-VL / Qwen2.5-VL processors."""

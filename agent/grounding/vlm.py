@@ -18,7 +18,7 @@ from agent._model import ChatModel
 from agent.grounding import _image
 from agent.grounding.base import Grounder, GroundingResult
 from agent.grounding.families import Family, get_family
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 
 
 class VlmGrounder(Grounder):

@@ -15,14 +15,15 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
-from desktop.errors import AuthError, Forbidden
+from desktop.models import AccessMode
+from desktop.protocol.errors import AuthError, Forbidden
+from desktop.services import services_of
 
-AccessMode = Literal["view", "control"]
 _SHARE_PREFIX = "share1"
 
 
@@ -82,7 +83,7 @@ def _read_share(secret: str, token: str) -> Access:
 
 def access_of(connection: HTTPConnection) -> Access:
     """Read `Authorization: Bearer <token>`, or `?token=` for links opened in a browser."""
-    expected: str = connection.app.state.token
+    expected = services_of(connection).token
     header = connection.headers.get("authorization", "")
     scheme, _, given = header.partition(" ")
     if scheme.lower() != "bearer" or not given:

@@ -1,7 +1,7 @@
 """FastAPI dependencies that hand out the long-lived objects built by the app's lifespan.
 
 They are `async def` although they never wait: FastAPI runs a plain `def` dependency on its
-thread pool, a thread hop per dependency per request for a dictionary lookup.
+thread pool, a thread hop per dependency per request for an attribute lookup.
 """
 
 from __future__ import annotations
@@ -12,15 +12,23 @@ from fastapi import Depends, Request
 
 from desktop.guest_client import GuestClient
 from desktop.manager import SandboxManager
+from desktop.services import Services, services_of
 from desktop.settings import Settings
 
 
-async def get_manager(request: Request) -> SandboxManager:
-    return request.app.state.manager
+async def get_services(request: Request) -> Services:
+    return services_of(request)
 
 
-async def get_settings_dep(request: Request) -> Settings:
-    return request.app.state.settings
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+async def get_manager(services: ServicesDep) -> SandboxManager:
+    return services.manager
+
+
+async def get_settings_dep(services: ServicesDep) -> Settings:
+    return services.settings
 
 
 ManagerDep = Annotated[SandboxManager, Depends(get_manager)]

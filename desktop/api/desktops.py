@@ -1,53 +1,63 @@
 """`/api/desktops`: create, list and kill desktops, and everything one can do on them.
 
-Each per-desktop call is checked here (the body's types and sizes) and forwarded to the
-desktop's guest daemon, whose answer, or error, comes back unchanged.
+Each per-desktop call is checked here against the protocol's models and forwarded to the
+desktop's guest daemon, whose answer, or error, comes back unchanged. Actions go through
+the manager's one door (`SandboxManager.run_actions`), like the viewers' and the agent's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
+from fastapi import APIRouter, Body, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
+from pydantic import TypeAdapter
 from starlette.background import BackgroundTask
 
-from desktop import actions as a
-from desktop.api.auth import admin_access
 from desktop.api.deps import GuestDep, ManagerDep, SettingsDep
-from desktop.errors import PayloadTooLarge
-from desktop.models import (
+from desktop.guest_client import GuestAnswer
+from desktop.models import CreateDesktop, DesktopInfo, SetTimeout
+from desktop.protocol import actions as a
+from desktop.protocol.errors import PayloadTooLarge
+from desktop.protocol.models import (
+    A11yQuery,
     A11yTree,
     ClipboardText,
-    CreateDesktop,
     CursorPosition,
-    DesktopInfo,
     ExecRequest,
     ExecResult,
     FileEntry,
+    FilesQuery,
     Launched,
     LaunchRequest,
     OpenRequest,
-    SetTimeout,
+    ScreenshotQuery,
     WindowInfo,
     WindowOp,
+    WindowsQuery,
 )
 
 router = APIRouter(prefix="/api/desktops", tags=["desktops"])
 
 _PASSED_HEADERS = (
-    "content-type",
     "x-screen-width",
     "x-screen-height",
     "x-image-width",
     "x-image-height",
     "x-scale",
     "x-screenshot-cache",
+    "x-capture",
+    "x-cursor",
 )
+"""The screenshot's own headers the service passes on (the guest's `Content-Type` is not
+one of them: the service states the type from the format asked for)."""
+_IMAGE_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
+
+
+def _json(answer: GuestAnswer, status_code: int = 200) -> Response:
+    """A guest's JSON answer, passed on as it came (it was checked against its model)."""
+    return Response(answer.content, status_code, media_type="application/json")
 
 
 @router.post("", status_code=201)
@@ -80,177 +90,132 @@ async def set_timeout(desktop_id: str, body: SetTimeout, manager: ManagerDep) ->
     return manager.extend(desktop_id, body.timeout_s)
 
 
-def _standalone(schema: dict[str, Any]) -> dict[str, Any]:
-    """A JSON schema with its `$defs` written out in place, to stand alone inside OpenAPI.
-
-    (The app's components cannot hold them under their own names: the agent's action
-    models have the same names, so FastAPI renames both.) Discriminator mappings point
-    into `$defs`, so they go; the `type` property still tells the actions apart.
-    """
-    defs = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            if "$ref" in node:
-                return inline(defs[node["$ref"].rsplit("/", 1)[-1]])
-            return {k: inline(v) for k, v in node.items() if k != "mapping"}
-        if isinstance(node, list):
-            return [inline(item) for item in node]
-        return node
-
-    return inline(schema)
-
-
-@router.post(
-    "/{desktop_id}/actions",
-    response_model=a.ActionsResponse,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {"schema": _standalone(a.action_batch_adapter.json_schema())}
-            },
-        }
-    },
-)
-async def run_actions(desktop_id: str, request: Request) -> Response:
+@router.post("/{desktop_id}/actions", response_model=a.ActionsResponse)
+async def run_actions(
+    desktop_id: str, batch: Annotated[a.ActionBatch, Body()], manager: ManagerDep
+) -> Response:
     """Run one action or a list, in order; nothing runs if any action is invalid."""
-    # The click path: the app answers it in a FastLane, ahead of FastAPI's machinery,
-    # so this checks the token, parses the body and finds the guest itself.
-    admin_access(request)
-    body = await request.body()
-    try:
-        batch = a.action_batch_adapter.validate_json(body)
-    except ValidationError as exc:
-        raise RequestValidationError(exc.errors()) from None
-    guest = request.app.state.manager.guest(desktop_id)
-    started = time.monotonic()
-    # The guest gets the bytes as they came (it checks them once more against its screen).
-    answer = await guest.post_json("/actions", body)
     actions = batch if isinstance(batch, list) else [batch]
-    request.app.state.live.log_actions(desktop_id, actions, started, "api")
-    return Response(answer, media_type="application/json")
+    result = await manager.run_actions(desktop_id, actions, source="api")
+    return Response(result.model_dump_json(), media_type="application/json")
 
 
 @router.get("/{desktop_id}/screenshot", response_class=Response)
-async def screenshot(
-    guest: GuestDep,
-    format: Literal["png", "jpeg", "jpg", "webp"] = "png",
-    quality: Annotated[int, Query(ge=1, le=100)] = 80,
-    max_width: Annotated[int | None, Query(ge=16, le=16384)] = None,
-    max_height: Annotated[int | None, Query(ge=16, le=16384)] = None,
-    cursor: bool = False,
-) -> Response:
+async def screenshot(guest: GuestDep, params: Annotated[ScreenshotQuery, Query()]) -> Response:
     """The screen as an image; `X-Scale` is screen pixels per image pixel."""
-    params = {"format": format, "quality": quality, "cursor": cursor}
-    params |= {k: v for k, v in (("max_width", max_width), ("max_height", max_height)) if v}
-    response = await guest.request("GET", "/screenshot", params=params)
-    headers = {k: v for k, v in response.headers.items() if k in _PASSED_HEADERS}
+    answer = await guest.request(
+        "GET", "/screenshot", params=params.model_dump(exclude_none=True, mode="json")
+    )
+    headers = {k: v for k, v in answer.headers.items() if k in _PASSED_HEADERS}
     headers["cache-control"] = "no-store"
-    return Response(response.content, headers=headers)
+    return Response(answer.content, headers=headers, media_type=_IMAGE_TYPES[params.image_format])
 
 
 @router.get("/{desktop_id}/cursor")
 async def cursor(guest: GuestDep) -> CursorPosition:
-    return CursorPosition.model_validate_json((await guest.request("GET", "/cursor")).content)
+    return (await guest.request("GET", "/cursor")).model(CursorPosition)
+
+
+_WINDOWS = TypeAdapter(list[WindowInfo])
+_ENTRIES = TypeAdapter(list[FileEntry])
 
 
 @router.get("/{desktop_id}/windows")
-async def windows(guest: GuestDep, include_shell: bool = False) -> list[WindowInfo]:
-    response = await guest.request("GET", "/windows", params={"include_shell": include_shell})
-    return [WindowInfo.model_validate(item) for item in response.json()]
+async def windows(guest: GuestDep, params: Annotated[WindowsQuery, Query()]) -> list[WindowInfo]:
+    answer = await guest.request("GET", "/windows", params=params.model_dump(mode="json"))
+    return _WINDOWS.validate_json(answer.content)
 
 
 @router.post("/{desktop_id}/windows/{window_id}/{op}", status_code=204)
-async def window_op(guest: GuestDep, window_id: int, op: WindowOp) -> Response:
+async def window_op(
+    guest: GuestDep, window_id: Annotated[int, Path(ge=0, le=2**32 - 1)], op: WindowOp
+) -> Response:
     await guest.request("POST", f"/windows/{window_id}/{op}")
     return Response(status_code=204)
 
 
 @router.get("/{desktop_id}/a11y")
-async def accessibility(
-    guest: GuestDep,
-    app: str | None = None,
-    max_depth: Annotated[int, Query(ge=1, le=100)] = 30,
-) -> A11yTree:
+async def accessibility(guest: GuestDep, params: Annotated[A11yQuery, Query()]) -> A11yTree:
     """The accessibility (AT-SPI) tree: roles, names, states, boxes in screen pixels."""
-    params = {"max_depth": max_depth} | ({"app": app} if app else {})
-    response = await guest.request("GET", "/a11y", params=params)
-    return A11yTree.model_validate_json(response.content)
+    answer = await guest.request("GET", "/a11y", params=params.model_dump(exclude_none=True))
+    return answer.model(A11yTree)
 
 
 @router.post("/{desktop_id}/exec", response_model=ExecResult)
 async def exec_command(guest: GuestDep, body: ExecRequest) -> Response:
     """Run a command inside the desktop; `stream: true` answers NDJSON as output comes."""
-    payload = body.model_dump(mode="json")
     if not body.stream:
-        response = await guest.request("POST", "/exec", json=payload)
-        return Response(response.content, media_type="application/json")
-    # The guest's response stays open until the last line has been passed on.
+        answer = await guest.request("POST", "/exec", json=body, timeout_s=body.timeout_s + 30)
+        return _json(answer)
+    # The guest's answer stays open until the last line has been passed on.
     held = contextlib.AsyncExitStack()
-    response = await held.enter_async_context(
-        guest.stream("POST", "/exec", json=payload, timeout=body.timeout_s + 30)
+    output = await held.enter_async_context(
+        guest.stream("POST", "/exec", json=body, read_timeout_s=body.timeout_s + 30)
     )
     return StreamingResponse(
-        response.aiter_raw(),
+        output.chunks(),
         media_type="application/x-ndjson",
         background=BackgroundTask(held.aclose),
     )
 
 
 @router.get("/{desktop_id}/files", response_model=list[FileEntry])
-async def read_file(guest: GuestDep, path: str) -> Response:
+async def read_file(guest: GuestDep, params: Annotated[FilesQuery, Query()]) -> Response:
     """A file's bytes, or a directory's listing as JSON."""
-    response = await guest.request("GET", "/files", params={"path": path})
-    return Response(response.content, media_type=response.headers["content-type"])
+    answer = await guest.request("GET", "/files", params=params.model_dump())
+    if answer.headers.get("content-type") == "application/json":  # a directory's listing
+        listing = _ENTRIES.validate_json(answer.content)  # checked, never passed on blind
+        return Response(_ENTRIES.dump_json(listing), media_type="application/json")
+    return Response(answer.content, media_type="application/octet-stream")
 
 
 @router.put("/{desktop_id}/files")
 async def write_file(
-    guest: GuestDep, settings: SettingsDep, path: str, request: Request
+    guest: GuestDep,
+    settings: SettingsDep,
+    params: Annotated[FilesQuery, Query()],
+    request: Request,
 ) -> FileEntry:
     """Write the request body to a file (parents are created)."""
     limit = settings.max_upload_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(
             f"upload of {declared} bytes is over the {limit}-byte limit (CUBICLE_MAX_UPLOAD_MB)"
         )
-    body = bytearray()
+    data = bytearray()
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
+        data += chunk
+        if len(data) > limit:
             raise PayloadTooLarge(f"upload is over the {limit}-byte limit (CUBICLE_MAX_UPLOAD_MB)")
-    response = await guest.request("PUT", "/files", params={"path": path}, content=bytes(body))
-    return FileEntry.model_validate_json(response.content)
+    answer = await guest.request("PUT", "/files", params=params.model_dump(), content=bytes(data))
+    return answer.model(FileEntry)
 
 
 @router.delete("/{desktop_id}/files", status_code=204)
-async def delete_file(guest: GuestDep, path: str) -> Response:
-    await guest.request("DELETE", "/files", params={"path": path})
+async def delete_file(guest: GuestDep, params: Annotated[FilesQuery, Query()]) -> Response:
+    await guest.request("DELETE", "/files", params=params.model_dump())
     return Response(status_code=204)
 
 
 @router.get("/{desktop_id}/clipboard")
 async def get_clipboard(guest: GuestDep) -> ClipboardText:
-    return ClipboardText.model_validate_json((await guest.request("GET", "/clipboard")).content)
+    return (await guest.request("GET", "/clipboard")).model(ClipboardText)
 
 
 @router.put("/{desktop_id}/clipboard", status_code=204)
 async def set_clipboard(guest: GuestDep, body: ClipboardText) -> Response:
-    await guest.request("PUT", "/clipboard", json=body.model_dump())
+    await guest.request("PUT", "/clipboard", json=body)
     return Response(status_code=204)
 
 
 @router.post("/{desktop_id}/open")
 async def open_target(guest: GuestDep, body: OpenRequest) -> Launched:
     """Open a file or URL with its default application."""
-    response = await guest.request("POST", "/open", json=body.model_dump())
-    return Launched.model_validate_json(response.content)
+    return (await guest.request("POST", "/open", json=body)).model(Launched)
 
 
 @router.post("/{desktop_id}/launch")
 async def launch(guest: GuestDep, body: LaunchRequest) -> Launched:
     """Start an application by name (`mousepad`, `terminal`, `files`, `browser`, …)."""
-    response = await guest.request("POST", "/launch", json=body.model_dump())
-    return Launched.model_validate_json(response.content)
+    return (await guest.request("POST", "/launch", json=body)).model(Launched)

@@ -1,4 +1,8 @@
-"""The one place where domain errors become HTTP answers, for the guest and the service."""
+"""The one place where errors become the service's HTTP answers (`ErrorBody`).
+
+Statuses come from the protocol's table (`desktop.protocol.errors.STATUS`), which the guest
+answers with too, so an error keeps its class and status from the guest to the SDK.
+"""
 
 from __future__ import annotations
 
@@ -6,83 +10,42 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from desktop import errors as e
+from desktop.protocol import errors as e
 
 log = logging.getLogger("cubicle.api")
 
-STATUS: dict[type[e.CubicleError], int] = {
-    e.PathNotAllowed: 403,
-    e.InvalidRequest: 422,
-    e.NotFound: 404,
-    e.Conflict: 409,
-    e.PayloadTooLarge: 413,
-    e.DesktopStarting: 409,
-    e.DesktopGone: 410,
-    e.DesktopUnavailable: 409,
-    e.CapacityReached: 429,
-    e.AuthError: 401,
-    e.Forbidden: 403,
-    e.GuestUnreachable: 502,
-    e.SandboxError: 500,
-    e.CubicleError: 500,
-}
-"""HTTP status for each error class; the most specific class in an error's MRO wins."""
+
+def _answer(body: e.ErrorBody, status: int, headers: dict[str, str] | None = None) -> Response:
+    return Response(body.model_dump_json(), status, headers=headers, media_type="application/json")
 
 
-def status_for(exc: e.CubicleError) -> int:
-    for cls in type(exc).__mro__:
-        if cls in STATUS:
-            return STATUS[cls]
-    return 500
-
-
-def error_response(exc: e.CubicleError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, e.AuthError) else None
-    return JSONResponse(
-        {"error": exc.code, "detail": exc.message}, status_code=status_for(exc), headers=headers
-    )
-
-
-def _describe(error: dict) -> str:
-    location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
-    if error.get("type") == "json_invalid":
-        return f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'parse error')})"
-    message = error.get("msg", "invalid value")
-    return f"{location}: {message}" if location else message
-
-
-def response_for(exc: Exception) -> JSONResponse:
+def response_for(exc: Exception) -> Response:
     """The answer to an error raised while serving a request, whatever raised it."""
     if isinstance(exc, e.CubicleError):
-        if status_for(exc) >= 500:
+        status = e.status_for(exc)
+        if status >= 500:
             log.warning("%s: %s", exc.code, exc.message)
-        return error_response(exc)
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, e.AuthError) else None
+        return _answer(e.ErrorBody.of(exc), status, headers)
     if isinstance(exc, RequestValidationError):
-        problems = [_describe(err) for err in exc.errors()[:5]]
-        return JSONResponse(
-            {"error": "invalid_request", "detail": "; ".join(problems)}, status_code=422
-        )
+        detail = e.describe_validation(list(exc.errors()))
+        return _answer(e.ErrorBody(error="invalid_request", detail=detail), 422)
     if isinstance(exc, StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse(
-            {"error": code, "detail": str(exc.detail)},
-            status_code=exc.status_code,
-            headers=getattr(exc, "headers", None),
-        )
+        body = e.ErrorBody(error=code, detail=str(exc.detail))
+        return _answer(body, exc.status_code, getattr(exc, "headers", None))
     log.exception("unexpected error", exc_info=exc)
-    return JSONResponse(
-        {"error": "internal_error", "detail": f"{type(exc).__name__}: see the service log"},
-        status_code=500,
-    )
+    detail = f"{type(exc).__name__}: see the service log"
+    return _answer(e.ErrorBody(error="internal_error", detail=detail), 500)
 
 
 def install(app: FastAPI) -> None:
-    """Answer every error with `{"error": code, "detail": message}`."""
+    """Answer every error with an `ErrorBody`."""
 
-    async def handler(_: Request, exc: Exception) -> JSONResponse:
+    async def handler(_: Request, exc: Exception) -> Response:
         return response_for(exc)
 
     for kind in (e.CubicleError, RequestValidationError, Exception, StarletteHTTPException):

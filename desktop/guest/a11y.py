@@ -43,8 +43,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from desktop.errors import A11yUnavailable, InvalidRequest
-from desktop.models import A11yNode, A11yTree
+from desktop.protocol.errors import A11yUnavailable, InvalidRequest
+from desktop.protocol.models import A11yNode, A11yTree
 
 TEXT_CHARS = 200
 """Characters of an editable text widget's content kept in `A11yNode.text`."""

@@ -1,149 +1,185 @@
-"""The guest protocol: HTTP/1.1 + JSON on a Unix socket, one app per desktop.
+"""The guest protocol over HTTP: one small Starlette app per desktop (docs/protocol.md).
 
 The control plane forwards its `/api/desktops/{id}/...` calls here; this app knows nothing
-of tokens or other desktops.
+of the service's tokens or of other desktops. Requests and answers are the models of
+`desktop.protocol`; every error answers as an `ErrorBody` with the status of its class.
+With a secret, every request must carry it as `Authorization: Bearer <secret>`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Annotated, Literal
+import hmac
+import logging
 
-from fastapi import FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from desktop import actions as a
-from desktop.api.errors import install as install_error_handlers
-from desktop.api.lane import FastLane
-from desktop.errors import DesktopGone, InvalidRequest, PayloadTooLarge
 from desktop.guest import a11y, dispatch, windows
-from desktop.guest.daemon import VERSION, Guest
-from desktop.guest.frames import frames_router
-from desktop.models import (
-    A11yTree,
+from desktop.guest.core import VERSION, Guest
+from desktop.guest.frames import frame_routes
+from desktop.guest.web import answer, body, error_answer, query
+from desktop.protocol import actions as a
+from desktop.protocol.errors import (
+    AuthError,
+    CubicleError,
+    DesktopGone,
+    InvalidRequest,
+    PayloadTooLarge,
+    describe_validation,
+)
+from desktop.protocol.models import (
+    A11yQuery,
     ClipboardText,
     CursorPosition,
     ExecRequest,
-    ExecResult,
     FileEntry,
+    FilesQuery,
     Health,
-    Launched,
     LaunchRequest,
     OpenRequest,
     Screen,
+    ScreenshotQuery,
     WindowInfo,
-    WindowOp,
+    WindowOpPath,
+    WindowsQuery,
 )
 
+log = logging.getLogger("cubicle.guest")
+
 _entries = TypeAdapter(list[FileEntry])
+_windows = TypeAdapter(list[WindowInfo])
 
 
-def create_app(guest: Guest) -> FastAPI:
-    app = FastAPI(title="Cubicle guest", version=VERSION, docs_url=None, redoc_url=None)
-    install_error_handlers(app)
-    app.include_router(frames_router(guest.video))
+async def _on_error(_: Request, exc: Exception) -> Response:
+    if isinstance(exc, CubicleError):
+        return error_answer(exc)
+    if isinstance(exc, HTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        content = f'{{"error": "{code}", "detail": "{exc.detail}"}}'
+        return Response(content, exc.status_code, media_type="application/json")
+    log.exception("unexpected error", exc_info=exc)
+    detail = f"{type(exc).__name__}: see the desktop's log"
+    return Response(
+        f'{{"error": "internal_error", "detail": "{detail}"}}', 500, media_type="application/json"
+    )
 
-    def check_alive() -> None:
-        if guest.failure:
-            raise DesktopGone(f"the desktop session died: {guest.failure}")
 
-    @app.get("/health")
-    async def health() -> Health:
-        return Health(
-            ok=guest.drawn and guest.failure is None,
-            x_server=guest.session.xvfb.poll() is None,
-            window_manager=guest.drawn,
-            desktop_drawn=guest.drawn,
-            screen=Screen(width=guest.width, height=guest.height),
-            version=VERSION,
-            reason=guest.failure,
+class RequireSecret:
+    """ASGI middleware: answer 401 unless the request carries `Bearer <secret>`."""
+
+    def __init__(self, app: ASGIApp, secret: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {secret}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(given, self._expected):
+                refused = error_answer(AuthError("this desktop answers its runtime only"))
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class GuestRoutes:
+    """The guest protocol's endpoints for one `Guest`."""
+
+    def __init__(self, guest: Guest) -> None:
+        self.guest = guest
+
+    def alive(self) -> Guest:
+        if self.guest.failure:
+            raise DesktopGone(f"the desktop session died: {self.guest.failure}")
+        return self.guest
+
+    async def health(self, request: Request) -> Response:
+        guest = self.guest
+        return answer(
+            Health(
+                ok=guest.drawn and guest.failure is None,
+                x_server=guest.session.xvfb.poll() is None,
+                window_manager=guest.drawn,
+                desktop_drawn=guest.drawn,
+                screen=Screen(width=guest.width, height=guest.height),
+                version=VERSION,
+                reason=guest.failure,
+            )
         )
 
-    async def run_actions(request: Request) -> Response:
-        """`POST /actions`, the hot path of every click and key, answered in a FastLane.
-
-        The body is parsed and validated in one pydantic pass over its bytes, and its
-        errors answer exactly as FastAPI's would (422 `invalid_request`).
-        """
-        check_alive()
+    async def actions(self, request: Request) -> Response:
+        """One action or a list: checked as a whole against the live screen, then run."""
+        guest = self.alive()
         try:
             batch = a.action_batch_adapter.validate_json(await request.body())
         except ValidationError as exc:
-            raise RequestValidationError(exc.errors()) from None
-        items = batch if isinstance(batch, list) else [batch]
-        dispatch.validate(items, guest.width, guest.height)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        results = [await dispatch.execute(action, guest) for action in items]
-        answer = a.ActionsResponse(results=results, elapsed_ms=(loop.time() - started) * 1000)
-        return Response(answer.model_dump_json(), media_type="application/json")
+            raise InvalidRequest(describe_validation(exc.errors())) from None
+        return answer(await dispatch.run_batch(guest, batch))
 
-    app.add_route("/actions", run_actions, methods=["POST"])
-    app.add_middleware(FastLane, method="POST", path="/actions", endpoint=run_actions)
-
-    @app.get("/screenshot")
-    async def screenshot(
-        format: Literal["png", "jpeg", "jpg", "webp"] = "png",
-        quality: Annotated[int, Query(ge=1, le=100)] = 80,
-        max_width: Annotated[int | None, Query(ge=16, le=16384)] = None,
-        max_height: Annotated[int | None, Query(ge=16, le=16384)] = None,
-        cursor: bool = False,
-    ) -> Response:
-        check_alive()
+    async def screenshot(self, request: Request) -> Response:
+        params = query(request, ScreenshotQuery)
+        guest = self.alive()
         await guest.input_processed()  # a click just answered is in the picture's past
-        fmt = "jpeg" if format == "jpg" else format
         shot = await guest.screen.screenshot(
-            fmt, quality=quality, max_width=max_width, max_height=max_height, cursor=cursor
+            params.image_format,
+            quality=params.quality,
+            max_width=params.max_width,
+            max_height=params.max_height,
+            cursor=params.cursor,
         )
-        return Response(
-            shot.data,
-            media_type=shot.content_type,
-            headers={
-                "X-Screen-Width": str(guest.width),
-                "X-Screen-Height": str(guest.height),
-                "X-Image-Width": str(shot.width),
-                "X-Image-Height": str(shot.height),
-                "X-Scale": f"{shot.scale:.6f}",
-                "X-Screenshot-Cache": "hit" if shot.cached else "miss",
-                "Cache-Control": "no-store",
-            },
-        )
+        headers = {
+            "X-Screen-Width": str(guest.width),
+            "X-Screen-Height": str(guest.height),
+            "X-Image-Width": str(shot.width),
+            "X-Image-Height": str(shot.height),
+            "X-Scale": f"{shot.scale:.6f}",
+            "X-Screenshot-Cache": "hit" if shot.cached else "miss",
+            "X-Capture": str(shot.capture),
+            "Cache-Control": "no-store",
+        }
+        if shot.cursor_at is not None:
+            headers["X-Cursor"] = "{},{}".format(*shot.cursor_at)
+        return Response(shot.data, media_type=shot.content_type, headers=headers)
 
-    @app.get("/cursor")
-    async def cursor() -> CursorPosition:
-        check_alive()
+    async def cursor(self, request: Request) -> Response:
+        guest = self.alive()
         x, y = await guest.on_x(guest.input.cursor_position)
-        return CursorPosition(x=x, y=y)
+        return answer(CursorPosition(x=x, y=y))
 
-    @app.get("/windows")
-    async def list_windows(include_shell: bool = False) -> list[WindowInfo]:
-        check_alive()
-        list_all = functools.partial(windows.list_windows, include_shell=include_shell)
-        return await guest.on_x(list_all, guest.display)
+    async def list_windows(self, request: Request) -> Response:
+        params = query(request, WindowsQuery)
+        guest = self.alive()
+        list_all = functools.partial(windows.list_windows, include_shell=params.include_shell)
+        found = await guest.on_x(list_all, guest.display)
+        return Response(_windows.dump_json(found), media_type="application/json")
 
-    @app.post("/windows/{window_id}/{op}", status_code=204)
-    async def window_op(window_id: int, op: WindowOp) -> Response:
-        check_alive()
-        await guest.on_x(windows.window_op, guest.display, window_id, op)
+    async def window_op(self, request: Request) -> Response:
+        try:
+            target = WindowOpPath.model_validate(request.path_params)
+        except ValidationError as exc:
+            raise InvalidRequest(describe_validation(exc.errors())) from None
+        guest = self.alive()
+        await guest.on_x(windows.window_op, guest.display, target.window_id, target.op)
         return Response(status_code=204)
 
-    @app.get("/a11y")
-    async def accessibility(
-        app_name: Annotated[str | None, Query(alias="app")] = None,
-        max_depth: Annotated[int, Query(ge=1, le=100)] = 30,
-    ) -> A11yTree:
-        check_alive()
-        return await asyncio.to_thread(a11y.snapshot, app=app_name, max_depth=max_depth)
+    async def accessibility(self, request: Request) -> Response:
+        params = query(request, A11yQuery)
+        self.alive()
+        tree = await asyncio.to_thread(a11y.snapshot, app=params.app, max_depth=params.max_depth)
+        return answer(tree)
 
-    @app.post("/exec", response_model=None)
-    async def run_command(request: ExecRequest) -> ExecResult | StreamingResponse:
-        check_alive()
-        if not request.stream:
-            return await guest.system.run(request)
-        chunks = guest.system.stream(request)
+    async def run_command(self, request: Request) -> Response:
+        command = await body(request, ExecRequest)
+        guest = self.alive()
+        if not command.stream:
+            return answer(await guest.system.run(command))
+        chunks = guest.system.stream(command)
         first = await anext(chunks)  # errors such as an unknown command surface as 4xx
 
         async def lines():
@@ -153,53 +189,81 @@ def create_app(guest: Guest) -> FastAPI:
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
-    @app.get("/files", response_model=None)
-    async def read_file(path: str) -> FileResponse | JSONResponse:
-        resolved, entry = guest.system.stat_path(path)
+    async def read_file(self, request: Request) -> Response:
+        path = query(request, FilesQuery).path
+        system = self.guest.system
+        resolved, entry = system.stat_path(path)
         if entry.type == "dir":
-            listing = await asyncio.to_thread(guest.system.list_dir, resolved)
-            return JSONResponse(_entries.dump_python(listing, mode="json"))
+            listing = await asyncio.to_thread(system.list_dir, resolved)
+            return Response(_entries.dump_json(listing), media_type="application/json")
         return FileResponse(resolved, media_type="application/octet-stream")
 
-    @app.put("/files")
-    async def write_file(path: str, request: Request) -> FileEntry:
-        limit = guest.system.max_file_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and int(declared) > limit:
+    async def write_file(self, request: Request) -> Response:
+        path = query(request, FilesQuery).path
+        system = self.guest.system
+        limit = system.max_file_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
             raise PayloadTooLarge(f"upload of {declared} bytes is over the {limit}-byte limit")
-        body = bytearray()
+        data = bytearray()
         async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
+            data += chunk
+            if len(data) > limit:
                 raise PayloadTooLarge(f"upload is over the {limit}-byte limit")
-        return await asyncio.to_thread(guest.system.write, path, bytes(body))
+        return answer(await asyncio.to_thread(system.write, path, bytes(data)))
 
-    @app.delete("/files", status_code=204)
-    async def delete_file(path: str) -> Response:
-        await asyncio.to_thread(guest.system.delete, path)
+    async def delete_file(self, request: Request) -> Response:
+        path = query(request, FilesQuery).path
+        await asyncio.to_thread(self.guest.system.delete, path)
         return Response(status_code=204)
 
-    @app.get("/clipboard")
-    async def get_clipboard() -> ClipboardText:
-        check_alive()
-        return ClipboardText(text=await asyncio.to_thread(guest.clipboard.get_text))
+    async def get_clipboard(self, request: Request) -> Response:
+        clipboard = self.alive().clipboard
+        return answer(ClipboardText(text=await asyncio.to_thread(clipboard.get_text)))
 
-    @app.put("/clipboard", status_code=204)
-    async def set_clipboard(body: ClipboardText) -> Response:
-        check_alive()
-        await asyncio.to_thread(guest.clipboard.set_text, body.text)
+    async def set_clipboard(self, request: Request) -> Response:
+        text = (await body(request, ClipboardText)).text
+        await asyncio.to_thread(self.alive().clipboard.set_text, text)
         return Response(status_code=204)
 
-    @app.post("/open")
-    async def open_target(body: OpenRequest) -> Launched:
-        check_alive()
-        return await guest.system.open(body.target)
+    async def open_target(self, request: Request) -> Response:
+        target = (await body(request, OpenRequest)).target
+        return answer(await self.alive().system.open(target))
 
-    @app.post("/launch")
-    async def launch(body: LaunchRequest) -> Launched:
-        check_alive()
-        if not body.app.strip():
+    async def launch(self, request: Request) -> Response:
+        launch = await body(request, LaunchRequest)
+        if not launch.app.strip():
             raise InvalidRequest("app is empty: name an application such as mousepad")
-        return await guest.system.launch(body.app, body.args)
+        return answer(await self.alive().system.launch(launch.app, launch.args))
 
-    return app
+
+def create_app(guest: Guest, *, secret: str | None = None) -> ASGIApp:
+    """The guest protocol's ASGI app for `guest`; with `secret`, for its holder only."""
+    api = GuestRoutes(guest)
+    routes = [
+        Route("/health", api.health, methods=["GET"]),
+        Route("/actions", api.actions, methods=["POST"]),
+        Route("/screenshot", api.screenshot, methods=["GET"]),
+        Route("/cursor", api.cursor, methods=["GET"]),
+        Route("/windows", api.list_windows, methods=["GET"]),
+        Route("/windows/{window_id}/{op}", api.window_op, methods=["POST"]),
+        Route("/a11y", api.accessibility, methods=["GET"]),
+        Route("/exec", api.run_command, methods=["POST"]),
+        Route("/files", api.read_file, methods=["GET"]),
+        Route("/files", api.write_file, methods=["PUT"]),
+        Route("/files", api.delete_file, methods=["DELETE"]),
+        Route("/clipboard", api.get_clipboard, methods=["GET"]),
+        Route("/clipboard", api.set_clipboard, methods=["PUT"]),
+        Route("/open", api.open_target, methods=["POST"]),
+        Route("/launch", api.launch, methods=["POST"]),
+        *frame_routes(guest.video),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={
+            CubicleError: _on_error,
+            HTTPException: _on_error,
+            Exception: _on_error,
+        },
+    )
+    return RequireSecret(app, secret) if secret else app

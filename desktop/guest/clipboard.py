@@ -28,7 +28,7 @@ from Xlib.error import ConnectionClosedError, DisplayError, XError
 from Xlib.protocol import event, rq
 from Xlib.xobject.drawable import Window
 
-from desktop.errors import InvalidRequest, PayloadTooLarge, SandboxError
+from desktop.protocol.errors import InvalidRequest, PayloadTooLarge, SandboxError
 
 _log = logging.getLogger(__name__)
 

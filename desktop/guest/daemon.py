@@ -1,9 +1,13 @@
-"""The guest daemon: owns one desktop session and serves the guest protocol on a socket.
+"""The guest daemon: owns one desktop session and serves the guest protocol.
 
-Started inside the sandbox as `python -m desktop.guest`. It starts the session, serves
-HTTP on a Unix socket as soon as the X server is up, and reports progress as JSON lines on
-a status file descriptor: `{"event": "x_server"}` … `{"event": "ready", "screen": …}`, or
-`{"event": "failed", "reason": …}` when the X server or the session bus dies.
+Started inside the sandbox as `python -m desktop.guest`. It starts the session, serves HTTP
+as soon as the X server is up (on a Unix socket, or on TCP for runtimes whose guest lives on
+another kernel or host; with `--secret-file`, every request must carry that secret as a
+bearer token), and reports its progress as `GuestEvent` JSON lines on a status file
+descriptor when it has one.
+
+It imports nothing of the control plane: only `desktop.protocol`, the guest's own modules,
+`streaming`'s capture and encode modules, the standard library and third-party packages.
 """
 
 from __future__ import annotations
@@ -11,118 +15,63 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import logging
 import os
 import signal
-import threading
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from desktop.guest import session as desktop_session
-
-if TYPE_CHECKING:
-    from Xlib.display import Display
+from desktop.protocol.models import GuestEvent, Screen
 
 log = logging.getLogger("cubicle.guest")
 
-VERSION = "0.1.0"
 _KEEP_ALIVE_S = 3600
 """Seconds an idle connection from the service stays open."""
 
 
 class StatusPipe:
-    """JSON lines to the host about the desktop's progress; silent when there is no pipe."""
+    """`GuestEvent` lines to the host about the desktop's progress; silent without a pipe."""
 
     def __init__(self, fd: int | None) -> None:
         if fd is not None:
             os.set_inheritable(fd, False)  # the desktop's programs must not write to the host
         self._file = os.fdopen(fd, "w", buffering=1) if fd is not None else None
 
-    def event(self, name: str, **fields: Any) -> None:
+    def event(self, event: GuestEvent) -> None:
         if self._file is None:
             return
         try:
-            self._file.write(json.dumps({"event": name, **fields}) + "\n")
+            self._file.write(event.model_dump_json(exclude_none=True) + "\n")
         except BrokenPipeError:
             self._file = None
 
+    def stage(self, name: str) -> None:
+        self.event(GuestEvent(event=name))
 
-class Guest:
-    """Everything the guest protocol acts on, for one running session."""
 
-    def __init__(self, session: desktop_session.Session, home: Path, max_file_bytes: int):
-        from Xlib import display as xdisplay
+@dataclass(frozen=True)
+class Listen:
+    """Where the daemon serves: a Unix socket path, or a TCP host and port."""
 
-        from desktop.guest.clipboard import Clipboard
-        from desktop.guest.fit import WindowFitter
-        from desktop.guest.input import InputController
-        from desktop.guest.screen import ScreenCapture
-        from desktop.guest.system import System
-        from streaming.source import VideoSource
+    uds: str | None = None
+    host: str | None = None
+    port: int | None = None
 
-        self.session = session
-        self.width, self.height = session.width, session.height
-        self.drawn = False
-        self.failure: str | None = None
-        self._x = ThreadPoolExecutor(max_workers=1, thread_name_prefix="x")
-        self._x_lock = threading.Lock()
-        """Held by the thread using `display`: the X thread, or the loop for quick input."""
-        self.display: Display = self._x.submit(xdisplay.Display, session.display).result()
-        self.input = InputController(self.display)
-        self.screen = ScreenCapture(session.display)
-        self.clipboard = Clipboard(session.display)
-        self.fitter = WindowFitter(session.display)
-        """Shrinks windows larger than the screen (GTK's file chooser) to fit it."""
-        self.system = System(home, session.env, max_file_bytes)
-        self.video = VideoSource(session.display)
-        """Live H.264 of the screen; its thread runs only while someone reads `/frames`."""
-
-    async def on_x(self, fn, *args):
-        """Run a blocking function that uses `display` on the X thread."""
-        return await asyncio.get_running_loop().run_in_executor(self._x, self._holding_x, fn, *args)
-
-    async def on_x_quick(self, fn, *args):
-        """Run a call on `display` that never waits for the server (it only sends events)
-        right here on the event loop if no other thread uses the connection, else as `on_x`.
-
-        A click so skips two thread hand-offs, about 0.4 ms of a 1.5 ms click here.
-        """
-        if not self._x_lock.acquire(blocking=False):
-            return await self.on_x(fn, *args)
-        try:
-            return fn(*args)
-        finally:
-            self._x_lock.release()
-
-    def _holding_x(self, fn, *args):
-        with self._x_lock:
-            return fn(*args)
-
-    async def input_processed(self) -> None:
-        """Return once the X server has processed all the input sent so far.
-
-        Later requests on the input's own connection follow it anyway; a screen grab on
-        another connection calls this first. It costs a round trip only after input that
-        was sent without one (`InputController.unconfirmed`).
-        """
-        if self.input.unconfirmed:
-            await self.on_x(self.input.sync)
-
-    def start(self) -> None:
-        self.clipboard.start()
-        self.fitter.start()
-
-    async def stop(self) -> None:
-        await self.video.stop()
-        await self.system.stop()
-        self.clipboard.stop()
-        self.fitter.stop()
-        self.screen.close()
-        self._x.submit(self.input.close).result()
-        self._x.submit(self.display.close).result()
-        self._x.shutdown(wait=True)
+    @classmethod
+    def parse(cls, text: str) -> Listen:
+        """`unix:/run/cubicle/guest.sock` or `tcp:0.0.0.0:8300` (a bare path is a socket)."""
+        kind, _, rest = text.partition(":")
+        if kind == "tcp":
+            host, _, port = rest.rpartition(":")
+            if not host or not port.isdigit():
+                raise argparse.ArgumentTypeError(f"{text!r}: use tcp:HOST:PORT")
+            return cls(host=host, port=int(port))
+        if kind == "unix" and rest:
+            return cls(uds=rest)
+        if text.startswith("/"):
+            return cls(uds=text)
+        raise argparse.ArgumentTypeError(f"{text!r}: use unix:PATH or tcp:HOST:PORT")
 
 
 def _base_env(home: Path) -> dict[str, str]:
@@ -140,25 +89,35 @@ def _base_env(home: Path) -> dict[str, str]:
     }
 
 
+def _read_secret(path: str | None) -> str | None:
+    """The per-desktop secret, read once; the file is the runtime's, never the desktop's."""
+    if path is None:
+        return None
+    secret = Path(path).read_text().strip()
+    if not secret:
+        raise SystemExit(f"the secret file {path} is empty")
+    return secret
+
+
 async def serve(args: argparse.Namespace) -> int:
     status = StatusPipe(args.status_fd)
+    secret = _read_secret(args.secret_file)
     home = Path(args.home)
-    session = desktop_session.start(
-        args.width, args.height, _base_env(home), progress=lambda stage: status.event(stage)
-    )
+    session = desktop_session.start(args.width, args.height, _base_env(home), progress=status.stage)
     # Watch for the drawn desktop from now on, on a thread, while the heavy imports
-    # (uvicorn, FastAPI, mss, Pillow, PyAV) run here: XFCE is on the critical path of every
-    # create, the HTTP stack is not.
+    # (uvicorn, Starlette, mss, Pillow, PyAV) run here: XFCE is on the critical path of
+    # every create, the HTTP stack is not.
     loop = asyncio.get_running_loop()
     drawn = loop.run_in_executor(
         None,
         functools.partial(
-            desktop_session.wait_until_drawn, session, args.ready_timeout, progress=status.event
+            desktop_session.wait_until_drawn, session, args.ready_timeout, progress=status.stage
         ),
     )
     import uvicorn
 
     from desktop.guest.app import create_app
+    from desktop.guest.core import Guest
 
     os.environ.update(
         DISPLAY=session.display,
@@ -166,10 +125,13 @@ async def serve(args: argparse.Namespace) -> int:
     )
     guest = Guest(session, home, args.max_file_bytes)
     guest.start()
+    listen: Listen = args.listen
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(guest),
-            uds=args.socket,
+            create_app(guest, secret=secret),
+            uds=listen.uds,
+            host=listen.host or "127.0.0.1",
+            port=listen.port or 0,
             # The service is the only client: its keep-alive connections stay open while
             # an agent thinks (uvicorn's default closes them after 5 idle seconds).
             timeout_keep_alive=_KEEP_ALIVE_S,
@@ -188,17 +150,18 @@ async def serve(args: argparse.Namespace) -> int:
         guest.drawn = True
         while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn has no event
             await asyncio.sleep(0.005)
-        status.event("ready", screen={"width": session.width, "height": session.height})
+        screen = Screen(width=session.width, height=session.height)
+        status.event(GuestEvent(event="ready", screen=screen))
         while not serving.done():
             if dead := session.dead_process():
                 guest.failure = dead
-                status.event("failed", reason=dead)
+                status.event(GuestEvent(event="failed", reason=dead))
                 server.should_exit = True
                 break
             await asyncio.sleep(0.2)
         await serving
     except Exception as exc:  # the host must hear why the desktop did not come up
-        status.event("failed", reason=str(exc))
+        status.event(GuestEvent(event="failed", reason=str(exc)))
         server.should_exit = True
         await serving
         return 1
@@ -210,7 +173,15 @@ async def serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m desktop.guest")
-    parser.add_argument("--socket", required=True, help="Unix socket path to serve on")
+    parser.add_argument(
+        "--listen",
+        type=Listen.parse,
+        required=True,
+        help="where to serve: unix:PATH or tcp:HOST:PORT",
+    )
+    parser.add_argument(
+        "--secret-file", help="a file holding the bearer token every request must carry"
+    )
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=800)
     parser.add_argument("--home", default=os.path.expanduser("~"))

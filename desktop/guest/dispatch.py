@@ -1,21 +1,20 @@
-"""Check a batch of actions against the screen, then carry them out in order.
+"""Check a batch of actions against the live screen, then carry them out in order.
 
 The whole batch is checked before anything runs, so a batch with one bad action (a point
-off the screen, an unknown key) changes nothing on the desktop.
+off the screen, an unknown key) changes nothing on the desktop. This is the only place
+where points and key names are checked: the screen size comes from the X server as it is
+now (`InputController.current_size`), not from the size the desktop started with.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
 
-from desktop import actions as a
-from desktop.errors import OffScreen
+from desktop.guest.core import Guest
 from desktop.guest.keys import parse_combo, resolve_key
-
-if TYPE_CHECKING:
-    from desktop.guest.daemon import Guest
+from desktop.protocol import actions as a
+from desktop.protocol.errors import OffScreen
 
 
 def _points(action: a.Action) -> list[tuple[int | None, int | None]]:
@@ -43,6 +42,16 @@ def validate(batch: list[a.Action], width: int, height: int) -> None:
         elif isinstance(action, a.Click):
             for name in action.modifiers:
                 resolve_key(name)
+
+
+async def run_batch(guest: Guest, batch: a.ActionBatch) -> a.ActionsResponse:
+    """Check the whole batch against the screen as it is now, then run it in order."""
+    items = batch if isinstance(batch, list) else [batch]
+    width, height = await guest.on_x_quick(guest.input.current_size)
+    validate(items, width, height)
+    started = time.perf_counter()
+    results = [await execute(action, guest) for action in items]
+    return a.ActionsResponse(results=results, elapsed_ms=(time.perf_counter() - started) * 1000)
 
 
 async def execute(action: a.Action, guest: Guest) -> a.ActionResult:

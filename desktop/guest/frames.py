@@ -7,22 +7,24 @@ one encoder. Nothing is sent while the screen does not change.
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query, Response
-from fastapi.responses import StreamingResponse
+from pydantic import TypeAdapter
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from desktop.errors import DesktopGone
+from desktop.guest.web import query
+from desktop.protocol.errors import DesktopGone
+from desktop.protocol.models import FramesQuery
 from streaming.frames import EncodedFrame
-from streaming.source import MAX_FPS, Subscription, VideoSource, VideoStats
+from streaming.source import Subscription, VideoSource, VideoStats
+
+_stats = TypeAdapter(VideoStats)
 
 
-def frames_router(source: VideoSource) -> APIRouter:
-    router = APIRouter()
-
-    @router.get("/frames")
-    async def frames(fps: Annotated[int, Query(ge=1, le=MAX_FPS)] = 30) -> StreamingResponse:
+def frame_routes(source: VideoSource) -> list[Route]:
+    async def frames(request: Request) -> Response:
+        fps = query(request, FramesQuery).fps
         subscription = source.subscribe(fps)
         try:  # the first keyframe, so a broken capture is a 5xx rather than an empty stream
             first = await anext(subscription)
@@ -32,19 +34,20 @@ def frames_router(source: VideoSource) -> APIRouter:
         except BaseException:
             subscription.close()
             raise
-
         return _FrameStream(subscription, first)
 
-    @router.post("/frames/keyframe", status_code=204)
-    async def keyframe() -> Response:
+    async def keyframe(request: Request) -> Response:
         source.request_keyframe()
         return Response(status_code=204)
 
-    @router.get("/frames/stats")
-    async def stats() -> VideoStats:
-        return source.stats()
+    async def stats(request: Request) -> Response:
+        return Response(_stats.dump_json(source.stats()), media_type="application/json")
 
-    return router
+    return [
+        Route("/frames", frames, methods=["GET"]),
+        Route("/frames/keyframe", keyframe, methods=["POST"]),
+        Route("/frames/stats", stats, methods=["GET"]),
+    ]
 
 
 class _FrameStream(StreamingResponse):

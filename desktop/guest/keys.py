@@ -13,7 +13,7 @@ from functools import cache
 
 import Xlib.keysymdef
 
-from desktop.errors import UnknownKey
+from desktop.protocol.errors import UnknownKey
 
 _HINT = (
     "use names like enter, tab, esc, ctrl, alt, shift, super, F1-F24, arrows, "

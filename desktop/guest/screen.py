@@ -16,16 +16,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 from PIL import Image
 from Xlib import display as xdisplay
 
 from desktop.guest import png
+from desktop.protocol.models import ImageFormat
 from streaming.capture import DamagedScreen
-
-ImageFormat = Literal["png", "jpeg", "webp"]
 
 BUSY_CORES = 0.1
 """CPU the desktop's programs use or wait for, in cores, above which the screen is not
@@ -46,6 +44,9 @@ class Frame:
     """Screen pixels."""
     captured_at: float
     """`time.monotonic()` seconds when the capture finished."""
+    number: int
+    """Counts the captures of this screen from 1: two pictures with the same number show
+    the same capture (nothing was drawn between them)."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +63,21 @@ class Encoded:
     """Screen pixels per image pixel: screen_x = image_x × scale."""
     cached: bool = False
     """The screen had not changed since this encoding was made, so it was reused."""
+    cursor_at: tuple[int, int] | None = None
+    """Where the pointer drawn into the picture is (its hotspot), in screen pixels; None
+    when the pointer is not drawn."""
+    capture: int = 0
+    """The number of the capture this picture was made from (`Frame.number`)."""
 
 
 @dataclass(frozen=True)
 class _CursorImage:
     x: int
+    """Screen pixels of the image's left edge (the hotspot's x less its offset)."""
     y: int
     image: Image.Image
+    hotspot: tuple[int, int]
+    """The pointer's position: screen pixels."""
 
 
 class ScreenCapture:
@@ -97,7 +106,10 @@ class ScreenCapture:
             self._screen = DamagedScreen(self._display)
         self._screen.take_damage()
         pixels = self._screen.grab()
-        frame = Frame(bytes(pixels), self._screen.width, self._screen.height, time.monotonic())
+        number = self._last.number + 1 if self._last is not None else 1
+        frame = Frame(
+            bytes(pixels), self._screen.width, self._screen.height, time.monotonic(), number
+        )
         self._last = frame
         self._encoded.clear()
         return frame
@@ -116,7 +128,7 @@ class ScreenCapture:
         width, height = reply.width, reply.height
         argb = b"".join(int(p).to_bytes(4, "little") for p in reply.cursor_image)
         image = Image.frombuffer("RGBA", (width, height), argb, "raw", "BGRA", 0, 1)
-        return _CursorImage(reply.x - reply.xhot, reply.y - reply.yhot, image)
+        return _CursorImage(reply.x - reply.xhot, reply.y - reply.yhot, image, (reply.x, reply.y))
 
     def _screenshot_sync(
         self,
@@ -152,14 +164,17 @@ class ScreenCapture:
         if fmt == "png" and scale == 1.0 and not cursor:
             bgrx = np.frombuffer(frame.bgra, np.uint8).reshape(frame.height, frame.width, 4)
             data = png.encode_rgb(bgrx[:, :, 2::-1], self._deflate)
-            return Encoded(data, CONTENT_TYPES[fmt], frame.width, frame.height, scale)
+            size = (frame.width, frame.height)
+            return Encoded(data, CONTENT_TYPES[fmt], *size, scale, capture=frame.number)
         image = Image.frombuffer(
             "RGB", (frame.width, frame.height), frame.bgra, "raw", "BGRX", 0, 1
         )
+        cursor_at = None
         if cursor:
             pointer = self._cursor_sync()
             image = image.copy()
             image.paste(pointer.image, (pointer.x, pointer.y), pointer.image)
+            cursor_at = pointer.hotspot
         if scale > 1.0:
             size = (max(1, round(frame.width / scale)), max(1, round(frame.height / scale)))
             image = image.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
@@ -172,7 +187,10 @@ class ScreenCapture:
             else:
                 image.save(buffer, "WEBP", quality=quality, method=0)
             data = buffer.getvalue()
-        return Encoded(data, CONTENT_TYPES[fmt], image.width, image.height, scale)
+        size = (image.width, image.height)
+        return Encoded(
+            data, CONTENT_TYPES[fmt], *size, scale, cursor_at=cursor_at, capture=frame.number
+        )
 
     # --- the async surface ----------------------------------------------------------------
 

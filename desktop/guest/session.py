@@ -21,7 +21,7 @@ from Xlib import X, Xatom
 from Xlib import display as xdisplay
 from Xlib import error as xerror
 
-from desktop.errors import SandboxStartError
+from desktop.protocol.errors import SandboxStartError
 
 XFCE_COMPONENTS: tuple[tuple[str, ...], ...] = (
     ("xfsettingsd", "--no-daemon"),

@@ -19,7 +19,8 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from desktop.errors import (
+from desktop.guest.cpu import CpuMeter, live_sessions
+from desktop.protocol.errors import (
     CapacityReached,
     FileNotFound,
     InvalidRequest,
@@ -27,8 +28,7 @@ from desktop.errors import (
     PayloadTooLarge,
     SandboxError,
 )
-from desktop.guest.cpu import CpuMeter, live_sessions
-from desktop.models import ExecChunk, ExecRequest, ExecResult, FileEntry, Launched
+from desktop.protocol.models import ExecChunk, ExecRequest, ExecResult, FileEntry, Launched
 
 APPS: dict[str, list[str]] = {
     "terminal": ["xfce4-terminal"],

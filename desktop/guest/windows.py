@@ -18,8 +18,8 @@ from Xlib.error import BadDrawable, BadWindow, CatchError
 from Xlib.protocol import event
 from Xlib.xobject.drawable import Window
 
-from desktop.errors import DesktopUnavailable, InvalidRequest, WindowNotFound
-from desktop.models import WindowInfo
+from desktop.protocol.errors import DesktopUnavailable, InvalidRequest, WindowNotFound
+from desktop.protocol.models import WindowInfo
 
 _SOURCE_PAGER = 2
 """EWMH source indication for requests made on the user's behalf (pagers, taskbars)."""

@@ -1,6 +1,8 @@
 """What every runtime provides: start a sandbox, hand back its guest endpoint, stop it.
 
-Health, timeouts and bookkeeping live once in `desktop.manager`, above all runtimes.
+Health, timeouts, the warm pool and bookkeeping live once in `desktop.manager`, above all
+runtimes. A runtime registers itself by name in `desktop.runtime.RUNTIMES`; the service
+picks one with `CUBICLE_RUNTIME` (or per desktop, `"runtime"` at create).
 """
 
 from __future__ import annotations
@@ -8,6 +10,9 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+
+from desktop.guest_client import GuestEndpoint
+from desktop.protocol.models import GuestEvent
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,8 @@ class SandboxSpec:
     """Most processes and threads inside the sandbox."""
     cpu_cores: float | None
     """CPU time the sandbox may use, in cores; None for no hard cap (equal CPU weight)."""
+    disk_mb: int
+    """Disk the sandbox may fill (home, /tmp, uploads), in MiB."""
     max_file_bytes: int
     """Largest file the guest accepts through the files API, in bytes."""
 
@@ -34,12 +41,12 @@ class Sandbox(abc.ABC):
     """A started sandbox: where its guest listens, its progress, and how to end it."""
 
     id: str
-    socket_path: str
-    """Unix socket of the guest daemon, as seen from the host."""
+    endpoint: GuestEndpoint
+    """Where the control plane reaches the sandbox's guest daemon."""
 
     @abc.abstractmethod
-    def events(self) -> AsyncIterator[dict]:
-        """The guest's progress events (`{"event": ...}`) until it stops reporting."""
+    def events(self) -> AsyncIterator[GuestEvent]:
+        """The guest's progress events until it stops reporting."""
 
     @abc.abstractmethod
     async def wait(self) -> str:
@@ -62,3 +69,6 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     async def start(self, spec: SandboxSpec) -> Sandbox:
         """Start a sandbox; returns once it is spawned, before the desktop is ready."""
+
+    async def close(self) -> None:  # noqa: B027 - most runtimes hold nothing of their own
+        """Release what the runtime itself holds (not its sandboxes); idempotent."""

@@ -23,8 +23,12 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from pydantic import ValidationError
+
 import desktop
-from desktop.errors import CapacityReached, SandboxStartError
+from desktop.guest_client import GuestEndpoint
+from desktop.protocol.errors import CapacityReached, SandboxStartError
+from desktop.protocol.models import GuestEvent
 from desktop.runtime import cgroups
 from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
 
@@ -112,7 +116,7 @@ class LocalSandbox(Sandbox):
         release_slot,
     ) -> None:
         self.id = spec.id
-        self.socket_path = str(directory / "run" / "guest.sock")
+        self.endpoint = GuestEndpoint(uds=str(directory / "run" / "guest.sock"))
         self._directory = directory
         self._process = process
         self._status = status
@@ -122,14 +126,15 @@ class LocalSandbox(Sandbox):
         self._last_failure: str | None = None
         self._stopped = False
 
-    async def events(self) -> AsyncIterator[dict]:
+    async def events(self) -> AsyncIterator[GuestEvent]:
         while line := await self._status.readline():
             try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
+                event = GuestEvent.model_validate_json(line)
+            except ValidationError:
+                log.warning("desktop %s: a status line that is no event: %.200r", self.id, line)
                 continue
-            if event.get("event") == "failed":
-                self._last_failure = event.get("reason")
+            if event.event == "failed":
+                self._last_failure = event.reason
             yield event
 
     def _log_tail(self) -> str:
@@ -153,10 +158,6 @@ class LocalSandbox(Sandbox):
             with contextlib.suppress(FileNotFoundError):
                 return self._cgroup.pids()
         return [self._process.pid]
-
-    def memory_bytes(self) -> int | None:
-        """Memory charged to the sandbox's cgroup, in bytes, when it has one."""
-        return self._cgroup.memory_bytes() if self._cgroup else None
 
     async def stop(self) -> None:
         if self._stopped:
@@ -283,7 +284,7 @@ class LocalRuntime(Runtime):
             sys.executable,
             "-m",
             "desktop.guest",
-            f"--socket={GUEST_RUN}/guest.sock",
+            f"--listen=unix:{GUEST_RUN}/guest.sock",
             f"--width={spec.width}",
             f"--height={spec.height}",
             f"--home={GUEST_HOME}",

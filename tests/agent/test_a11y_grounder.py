@@ -13,7 +13,7 @@ import pytest
 from agent.grounding.a11y import A11yGrounder, match, parse_description
 from agent.grounding.base import GroundingResult
 from desktop.guest.a11y import find
-from desktop.models import A11yNode, A11yTree, WindowInfo
+from desktop.protocol.models import A11yNode, A11yTree, WindowInfo
 from desktop.sdk import AsyncDesktop
 
 T = TypeVar("T")

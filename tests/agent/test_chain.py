@@ -12,7 +12,7 @@ from agent.grounding import VlmGrounder
 from agent.grounding.a11y import A11yGrounder
 from agent.grounding.chain import GrounderChain, build_grounders
 from agent.grounding.ocr import OcrGrounder
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 from desktop.sdk import AsyncDesktop
 from tests.agent.fake_model import FakeModelServer, Turn
 from tests.agent.test_a11y_grounder import SCREEN, inside, node, start_mousepad

@@ -1,4 +1,4 @@
-"""Each family's parser and coordinate convention, on canned raw answers (GROUNDING.md).
+"""Each family's parser and coordinate convention, on canned raw answers (docs/grounding.md).
 
 Expected points are worked out by hand from the convention, e.g. UI-TARS v1 (197, 525) on a
 1920×1080 screen: 197/1000·1920 = 378.24 → 378, 525/1000·1080 = 567.
@@ -10,7 +10,7 @@ import pytest
 
 from agent.errors import GroundingError
 from agent.grounding.families import FAMILIES, get_family
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 
 SMALL = (1280, 800)
 BIG = (1920, 1080)

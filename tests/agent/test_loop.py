@@ -23,7 +23,7 @@ from agent.settings import RunLimits
 from agent.steps import StepRecord
 from agent.store import RunStore
 from agent.uitars import UiTarsPlanner
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 from desktop.sdk import AsyncDesktop
 from tests.agent.fake_model import FakeModelServer, Turn
 from tests.conftest import Service, create_desktop

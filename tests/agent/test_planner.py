@@ -16,8 +16,8 @@ from agent.grounding._image import PreparedImage
 from agent.planner import ChatPlanner, Observation, PastStep, PlanError, a11y_text
 from agent.settings import load_settings
 from agent.uitars import UiTarsPlanner
-from desktop.errors import InvalidRequest
-from desktop.models import A11yNode, A11yTree
+from desktop.protocol.errors import InvalidRequest
+from desktop.protocol.models import A11yNode, A11yTree
 from tests.agent.fake_model import FakeModelServer, Turn
 
 TASK = "Write a haiku in the text editor and save it as ~/haiku.txt"

@@ -1,11 +1,11 @@
-"""smart_resize against the values GROUNDING.md lists (and the processor's rules)."""
+"""smart_resize against the values docs/grounding.md lists (and the processor's rules)."""
 
 from __future__ import annotations
 
 import pytest
 
 from agent.grounding.resize import UI_TARS_MIN_PIXELS, smart_resize
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 
 
 @pytest.mark.parametrize(

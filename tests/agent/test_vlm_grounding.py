@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw
 
 from agent.errors import ModelError
 from agent.grounding import VlmGrounder
-from desktop.errors import InvalidRequest
+from desktop.protocol.errors import InvalidRequest
 from tests.agent.fake_model import FakeModelServer, Turn
 
 FAST = {"retry_backoff_s": 0.01}

@@ -8,8 +8,21 @@ import time
 import pytest
 from PIL import Image
 
-from desktop import AsyncDesktop, Desktop, DesktopNotFound, OffScreen, UnknownKey, list_desktops
+from desktop import (
+    AsyncDesktop,
+    Desktop,
+    DesktopNotFound,
+    Move,
+    OffScreen,
+    RecordingInfo,
+    ServiceUnreachable,
+    ShareLink,
+    UnknownKey,
+    WindowNotFound,
+    list_desktops,
+)
 from desktop.guest.a11y import find
+from desktop.launcher import free_port
 
 
 def _wait_for(fetch, what: str, timeout_s: float = 10.0):
@@ -84,3 +97,30 @@ async def test_async_sdk_drives_a_desktop(service):
         assert png.startswith(b"\x89PNG")
         await d.set_timeout(900)
         assert (await d.refresh()).timeout_s == 900
+
+
+async def test_the_sdk_answers_in_its_own_types_and_errors(service):
+    async with await AsyncDesktop.create(base_url=service.url, token=service.token) as d:
+        await d.set_clipboard("typed ✓")
+        assert await d.get_clipboard() == "typed ✓"
+        link = await d.share("control", ttl_s=120)
+        assert isinstance(link, ShareLink) and link.mode == "control"
+        assert link.url.startswith(f"{service.url}/view/{d.id}?token=")
+        started = await d.start_recording()
+        assert isinstance(started, RecordingInfo) and started.status == "recording"
+        await d.move_mouse(300, 300)
+        stopped = await d.stop_recording()
+        assert stopped.id == started.id and stopped.status == "finished"
+        assert [r.id for r in await d.recordings()] == [started.id]
+        log = await d.recording_actions(started.id)
+        assert [entry.action for entry in log.actions] == [Move(x=300, y=300)]
+        assert (await d.recording_video(started.id))[4:8] == b"ftyp"
+        with pytest.raises(WindowNotFound, match="no window 12345"):
+            await d.get_window_title(12345)
+
+
+async def test_an_unreachable_service_is_a_cubicle_error_that_says_what_to_do():
+    with pytest.raises(ServiceUnreachable, match=r"is it running\? Start it"):
+        await AsyncDesktop.create(base_url=f"http://127.0.0.1:{free_port()}", token="t")
+    with pytest.raises(ServiceUnreachable):
+        await list_desktops(base_url=f"http://127.0.0.1:{free_port()}", token="t")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from desktop import actions as a
 from desktop.guest.keys import parse_combo, resolve_key
+from desktop.protocol import actions as a
 from streaming.keys import NAMED, KeyboardState
 
 

@@ -8,7 +8,7 @@ import time
 import av
 import pytest
 
-from desktop import actions as a
+from desktop.protocol import actions as a
 from streaming.hub import FrameHub
 from streaming.recording import Recorder, read_log
 from tests.streaming.pattern_source import PatternFrames

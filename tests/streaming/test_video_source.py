@@ -16,7 +16,7 @@ import pytest
 from Xlib import X
 from Xlib.display import Display
 
-from desktop.errors import SandboxError
+from desktop.protocol.errors import SandboxError
 from streaming.capture import DamagedScreen
 from streaming.encoder import H264Encoder
 from streaming.frames import EncodedFrame

@@ -9,8 +9,8 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtp import unpack_header_extensions
 
-from desktop import actions as a
-from desktop.errors import InvalidRequest
+from desktop.protocol import actions as a
+from desktop.protocol.errors import InvalidRequest
 from streaming.control import Control
 from streaming.hub import FrameHub
 from streaming.webrtc import PLAYOUT_DELAY_URI, WebRtcViewer

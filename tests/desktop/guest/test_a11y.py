@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from desktop.guest import a11y
-from desktop.models import A11yNode, A11yTree
+from desktop.protocol.models import A11yNode, A11yTree
 
 from .conftest import XSession
 
@@ -265,7 +265,7 @@ def test_hung_application_is_left_out_in_bounded_time(
 UNREACHABLE = textwrap.dedent(
     """
     import os, sys, time
-    from desktop.errors import A11yUnavailable
+    from desktop.protocol.errors import A11yUnavailable
     from desktop.guest import a11y
 
     dead_bus, display, live_bus = sys.argv[1:4]

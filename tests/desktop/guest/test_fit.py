@@ -11,7 +11,7 @@ from Xlib.display import Display
 
 from desktop.guest.fit import WindowFitter
 from desktop.guest.windows import list_windows, wait_for_window
-from desktop.models import WindowInfo
+from desktop.protocol.models import WindowInfo
 
 from .conftest import XSession
 from .test_windows import PROBE

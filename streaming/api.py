@@ -1,5 +1,5 @@
 """`/api/desktops/{id}/...` for the live view: WebRTC signalling, MJPEG, input, control,
-recordings and share links.
+recordings and share links; and `LiveRoom`, which mounts them on the service.
 
 Every route here takes the admin token or a share token scoped to the desktop in the path
 (`view` or `control`), so a shared link opens one desktop's viewer and nothing else.
@@ -17,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
 from desktop.api.auth import (
-    AccessMode,
     AdminAccess,
     ControlAccess,
     ViewAccess,
@@ -25,18 +24,18 @@ from desktop.api.auth import (
     check_access,
     share_token,
 )
-from desktop.api.errors import status_for
-from desktop.errors import CubicleError
+from desktop.models import AccessMode, ActionLog, RecordingInfo, ShareLink
+from desktop.protocol.errors import CubicleError, status_for
+from desktop.services import Services, services_of
 from streaming.control import ControlState, Viewer
 from streaming.live import LiveDesktops, LiveState
 from streaming.mjpeg import MEDIA_TYPE
-from streaming.recording import ActionLog, RecordingInfo
 
 router = APIRouter(prefix="/api/desktops", tags=["live view"])
 
 
 async def get_live(request: Request) -> LiveDesktops:
-    return request.app.state.live
+    return services_of(request).get(LiveDesktops)
 
 
 LiveDep = Annotated[LiveDesktops, Depends(get_live)]
@@ -69,15 +68,6 @@ class ShareRequest(BaseModel):
     """`view` watches only; `control` may also take control."""
     ttl_s: Annotated[int, Field(ge=60, le=30 * 86_400)] = 86_400
     """Seconds the link works."""
-
-
-class ShareLink(BaseModel):
-    desktop_id: str
-    mode: AccessMode
-    token: str
-    url: str
-    """The viewer page with the token in it."""
-    expires_at: datetime
 
 
 @router.post("/{desktop_id}/webrtc")
@@ -147,7 +137,7 @@ async def input_socket(websocket: WebSocket, desktop_id: str) -> None:
     try:
         access = access_of(websocket)
         check_access(access, desktop_id, "view")
-        live = websocket.app.state.live.get(desktop_id)
+        live = services_of(websocket).get(LiveDesktops).get(desktop_id)
     except CubicleError as exc:
         await websocket.close(code=4000 + status_for(exc), reason=exc.message[:120])
         return
@@ -231,8 +221,23 @@ async def share(
     live.get(desktop_id)
     body = body or ShareRequest()
     expires = datetime.now(UTC) + timedelta(seconds=body.ttl_s)
-    token = share_token(request.app.state.token, desktop_id, body.mode, expires)
+    token = share_token(services_of(request).token, desktop_id, body.mode, expires)
     url = f"{str(request.base_url).rstrip('/')}/view/{desktop_id}?token={token}"
     return ShareLink(
         desktop_id=desktop_id, mode=body.mode, token=token, url=url, expires_at=expires
     )
+
+
+class LiveRoom:
+    """The live view as a room of the service (`desktop.services.Room`)."""
+
+    routers = (router,)
+
+    def __init__(self) -> None:
+        self.desktops = LiveDesktops()
+
+    async def start(self, services: Services) -> None:
+        await self.desktops.start(services)
+
+    async def stop(self) -> None:
+        await self.desktops.stop()

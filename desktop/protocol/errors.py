@@ -19,18 +19,21 @@
     ├── CapacityReached           no room for another desktop (429)
     ├── AuthError                 missing or wrong token (401)
     │   └── Forbidden             a valid token that does not allow this call (403)
+    ├── ServiceUnreachable        the SDK could not reach the Cubicle service (no HTTP status)
     └── SandboxError              the runtime or the guest broke (500/502)
         ├── SandboxStartError     a desktop did not come up
-        ├── GuestUnreachable      the guest daemon stopped answering
+        ├── GuestUnreachable      the guest daemon stopped answering (502)
         └── A11yUnavailable       the accessibility bus (AT-SPI) cannot be reached
 
-Each class carries a stable `code` that travels in error bodies
-(`{"error": code, "detail": message}`), so the guest, the control plane and the SDK
-raise the same class on each side of the wire. HTTP status codes live in one table,
-`desktop.api.errors.STATUS`.
+Each class carries a stable `code` that travels in error bodies (`ErrorBody`:
+`{"error": code, "detail": message}`), so the guest, the control plane and the SDK raise
+the same class on each side of the wire. HTTP status codes live in one table, `STATUS`;
+`raise_for_status` turns an error answer back into its class.
 """
 
 from __future__ import annotations
+
+from pydantic import BaseModel
 
 
 class CubicleError(Exception):
@@ -119,6 +122,12 @@ class Forbidden(AuthError):
     code = "forbidden"
 
 
+class ServiceUnreachable(CubicleError):
+    """The SDK's request never got an answer: the service is down, or the address is wrong."""
+
+    code = "service_unreachable"
+
+
 class SandboxError(CubicleError):
     code = "sandbox_error"
 
@@ -152,3 +161,88 @@ def from_code(code: str, message: str) -> CubicleError:
     """Rebuild the error a peer reported; unknown codes become a plain `CubicleError`."""
     by_code = {cls.code: cls for cls in error_classes()}
     return by_code.get(code, CubicleError)(message)
+
+
+STATUS: dict[type[CubicleError], int] = {
+    PathNotAllowed: 403,
+    InvalidRequest: 422,
+    NotFound: 404,
+    Conflict: 409,
+    PayloadTooLarge: 413,
+    DesktopStarting: 409,
+    DesktopGone: 410,
+    DesktopUnavailable: 409,
+    CapacityReached: 429,
+    AuthError: 401,
+    Forbidden: 403,
+    GuestUnreachable: 502,
+    SandboxError: 500,
+    CubicleError: 500,
+}
+"""HTTP status for each error class; the most specific class in an error's MRO wins."""
+
+
+def status_for(exc: CubicleError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+class ErrorBody(BaseModel):
+    """The body of every error answer, from the guest and from the service."""
+
+    error: str
+    """Stable error code, e.g. `off_screen`."""
+    detail: str
+    """What went wrong and what to do about it."""
+
+    @classmethod
+    def of(cls, exc: CubicleError) -> ErrorBody:
+        return cls(error=exc.code, detail=exc.message)
+
+    def to_error(self, status: int | None = None) -> CubicleError:
+        """The error this body describes, of its own class where the code is known."""
+        error = from_code(self.error, self.detail)
+        error.status_code = status
+        return error
+
+
+def describe_validation(problems: list[dict]) -> str:
+    """One line for pydantic's validation errors: where, and what is wrong (first five)."""
+
+    def one(problem: dict) -> str:
+        where = ".".join(str(part) for part in problem.get("loc", ()) if part != "body")
+        if problem.get("type") == "json_invalid":
+            reason = problem.get("ctx", {}).get("error", "parse error")
+            return f"the body is not valid JSON ({reason})"
+        message = problem.get("msg", "invalid value")
+        return f"{where}: {message}" if where else message
+
+    return "; ".join(one(problem) for problem in problems[:5])
+
+
+def raise_for_status(status: int, content: bytes) -> None:
+    """Raise the error an answer carries (`ErrorBody`); nothing for a success status.
+
+    An error answer that is not an `ErrorBody` (a proxy's page, say) still raises: an
+    `AuthError` for 401, else a `CubicleError` quoting the start of the body.
+    """
+    if status < 400:
+        return
+    try:
+        body = ErrorBody.model_validate_json(content)
+    except ValueError:
+        error = (
+            AuthError("unauthorized: check the token")
+            if status == 401
+            else CubicleError(f"HTTP {status}: {content[:200].decode(errors='replace')}")
+        )
+        error.status_code = status
+        raise error from None
+    raise body.to_error(status)
+
+
+def error_json(exc: CubicleError) -> bytes:
+    """The `ErrorBody` of `exc` as JSON bytes."""
+    return ErrorBody.of(exc).model_dump_json().encode()

@@ -1,0 +1,29 @@
+"""The agent's room of the service: the runs API, and the task board with its workers."""
+
+from __future__ import annotations
+
+from agent import api as runs_api
+from agent.board import api as board_api
+from agent.board.board import Board
+from desktop.services import Services
+
+
+class AgentRoom:
+    """Mounts `/api/runs`, `/api/tasks` and `/api/board`; runs the board with the service."""
+
+    routers = (runs_api.router, board_api.router)
+
+    def __init__(self) -> None:
+        self.board: Board | None = None
+
+    async def start(self, services: Services) -> None:
+        settings = services.settings
+        url = board_api.service_url(settings.host, settings.port)
+        self.board = Board(settings.data_dir, url, services.token)
+        await self.board.start()
+        services.add(self.board)
+
+    async def stop(self) -> None:
+        board, self.board = self.board, None
+        if board is not None:
+            await board.stop()
