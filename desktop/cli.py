@@ -164,8 +164,9 @@ async def _image(args: argparse.Namespace) -> int:
     from desktop.runtime.microvm.image import build_image
     from desktop.settings import Settings
 
-    data_dir = Path(args.data_dir) if args.data_dir else Settings().data_dir
-    image = await build_image(data_dir / "images", progress=lambda line: print(line, flush=True))
+    settings = Settings(**({"data_dir": Path(args.data_dir)} if args.data_dir else {}))
+    images_dir = settings.images_dir or settings.data_dir / "images"
+    image = await build_image(images_dir, progress=lambda line: print(line, flush=True))
     print(image.base)
     print(image.guest)
     return 0

@@ -21,10 +21,11 @@ from datetime import UTC, datetime, timedelta
 
 from desktop.events import ActionsRan, DesktopEnded, Events
 from desktop.guest_client import JSON, GuestClient
-from desktop.models import ActionSource, CreateDesktop, DesktopInfo, DesktopStatus
+from desktop.models import ActionSource, CreateDesktop, DesktopInfo, DesktopStatus, SnapshotInfo
 from desktop.protocol import actions as a
 from desktop.protocol.errors import (
     CapacityReached,
+    Conflict,
     DesktopGone,
     DesktopNotFound,
     DesktopStarting,
@@ -136,6 +137,7 @@ class SandboxManager:
             cpu_cores=self.settings.cpu_cores,
             disk_mb=request.disk_mb or self.settings.disk_mb,
             max_file_bytes=self.settings.max_upload_bytes,
+            snapshot=request.snapshot,
         )
 
     def _running(self) -> int:
@@ -196,6 +198,7 @@ class SandboxManager:
             request.resolution == defaults.resolution
             and not request.network
             and request.runtime in (None, self.settings.runtime)
+            and request.snapshot is None
             and request.memory_mb in (None, self.settings.memory_mb)
             and request.max_pids in (None, self.settings.max_pids)
             and request.disk_mb in (None, self.settings.disk_mb)
@@ -313,6 +316,19 @@ class SandboxManager:
         result = answer.model(a.ActionsResponse)
         self.events.emit(ActionsRan(desktop_id, tuple(actions), started, source, result))
         return result
+
+    async def snapshot(self, desktop_id: str, name: str) -> SnapshotInfo:
+        """Save a ready desktop as a named snapshot, if its runtime can (microvm)."""
+        self.guest(desktop_id)
+        record = self._record(desktop_id)
+        runtime = self.runtime(record.runtime)
+        take = getattr(runtime, "snapshot", None)
+        if take is None or record.sandbox is None:
+            raise Conflict(
+                f"desktop {desktop_id} runs in the {record.runtime} runtime, which has no "
+                "snapshots: create it with runtime microvm"
+            )
+        return SnapshotInfo(**await take(record.sandbox, name))
 
     def hold(self, desktop_id: str, holder: object) -> None:
         """Keep a ready desktop alive past its idle timeout until `release(…, holder)`."""

@@ -24,6 +24,8 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(default_factory=_default_data_dir)
     """Where the token, the database and the desktops' homes live."""
+    images_dir: Path | None = None
+    """Where the microvm runtime keeps its images and templates; `data_dir/images` if unset."""
     host: str = "127.0.0.1"
     port: int = 8000
     token: str | None = None

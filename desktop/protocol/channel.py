@@ -27,7 +27,7 @@ import enum
 import struct
 from collections.abc import Awaitable, Callable
 
-from desktop.errors import SandboxError
+from desktop.protocol.errors import SandboxError
 
 HEADER = struct.Struct("!BII")
 MAGIC = HEADER.pack(0xFF, 0x43554249, 0x434C4530)

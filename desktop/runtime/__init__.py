@@ -21,7 +21,17 @@ def _local(settings: Settings) -> Runtime:
     return LocalRuntime(settings.data_dir, max_sandboxes=settings.max_desktops)
 
 
-RUNTIMES: dict[str, RuntimeFactory] = {"local": _local}
+def _microvm(settings: Settings) -> Runtime:
+    from desktop.runtime.microvm.runtime import MicroVmRuntime
+
+    return MicroVmRuntime(
+        settings.data_dir,
+        images_dir=settings.images_dir,
+        max_sandboxes=settings.max_desktops,
+    )
+
+
+RUNTIMES: dict[str, RuntimeFactory] = {"local": _local, "microvm": _microvm}
 """Runtime name → its factory."""
 
 

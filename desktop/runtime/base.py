@@ -35,6 +35,8 @@ class SandboxSpec:
     """Disk the sandbox may fill (home, /tmp, uploads), in MiB."""
     max_file_bytes: int
     """Largest file the guest accepts through the files API, in bytes."""
+    snapshot: str | None = None
+    """Start from this named snapshot instead of a fresh desktop (runtimes that have them)."""
 
 
 class Sandbox(abc.ABC):

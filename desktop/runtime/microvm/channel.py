@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from desktop.errors import SandboxStartError
 from desktop.protocol.channel import (
     MAGIC,
     ChannelBroken,
@@ -34,6 +33,7 @@ from desktop.protocol.channel import (
     frame,
     serve_frames,
 )
+from desktop.protocol.errors import SandboxStartError
 
 log = logging.getLogger("cubicle.runtime.microvm")
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from desktop.errors import SandboxStartError
+from desktop.protocol.errors import SandboxStartError
 
 CHECKOUT = Path(__file__).resolve().parents[3]
 """The source tree this module belongs to: its packages become the guest's wheel."""

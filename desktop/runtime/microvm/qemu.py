@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from desktop.errors import SandboxError, SandboxStartError
+from desktop.protocol.errors import SandboxError, SandboxStartError
 from desktop.runtime.microvm.image import Image
 
 log = logging.getLogger("cubicle.runtime.microvm")

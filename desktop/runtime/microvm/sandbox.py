@@ -12,8 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from desktop.errors import SandboxStartError
-from desktop.runtime.base import Sandbox
+from desktop.protocol.errors import SandboxStartError
 from desktop.runtime.microvm import snapshot as snapshots
 from desktop.runtime.microvm.channel import DesktopConfig, HostChannel, Identity
 from desktop.runtime.microvm.image import Image
@@ -23,7 +22,7 @@ from desktop.runtime.microvm.snapshot import Shape, Snapshot
 log = logging.getLogger("cubicle.runtime.microvm")
 
 
-class MicroVm(Sandbox):
+class MicroVm:
     """One running VM, its channel, and its private directory."""
 
     def __init__(
@@ -31,7 +30,6 @@ class MicroVm(Sandbox):
     ) -> None:
         self.id = desktop_id
         self.directory = directory
-        self.socket_path = str(channel.guest_socket)
         self.vm = vm
         self.channel = channel
         self.shape = shape

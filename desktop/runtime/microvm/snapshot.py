@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -29,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from desktop.errors import NotFound, SandboxStartError
+from desktop.protocol.errors import NotFound, SandboxStartError
 from desktop.runtime.microvm.image import HOME, Image
 
 GUEST_UID = 1000
@@ -170,6 +171,17 @@ def seal(directory: Path) -> None:
     """Make a finished snapshot's files read-only (restores must never write to them)."""
     for path in directory.iterdir():
         path.chmod(0o444)
+
+
+@contextlib.asynccontextmanager
+async def file_lock(path: Path):
+    """Held by one process on this host at a time (the kernel drops it if the holder dies)."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def remove(directory: Path) -> None:
