@@ -200,7 +200,10 @@ class Vm:
         self.qmp = qmp
 
     @classmethod
-    async def start(cls, machine: Machine) -> Vm:
+    async def start(cls, machine: Machine, *, run: bool = True, ignore_shared: bool = True) -> Vm:
+        """Start QEMU; with a saved state to load, load it and run it unless `run` is False.
+
+        `ignore_shared` must match how the state was saved (see `save`)."""
         log_fd = os.open(machine.directory / "qemu.log", os.O_WRONLY | os.O_CREAT, 0o600)
         try:
             process = await asyncio.create_subprocess_exec(
@@ -218,22 +221,29 @@ class Vm:
             ) from exc
         finally:
             os.close(log_fd)
+        vm = None
         try:
             qmp = await Qmp.connect(machine.qmp_socket, process)
             vm = cls(machine, process, qmp)
             if machine.incoming_fd is not None:
                 await qmp.execute(
                     "migrate-set-capabilities",
-                    capabilities=[{"capability": "x-ignore-shared", "state": True}],
+                    capabilities=[{"capability": "x-ignore-shared", "state": ignore_shared}],
                 )
                 await qmp.execute("migrate-incoming", uri=f"fd:{machine.incoming_fd}")
-                await vm._resume_after_incoming()
+                await vm._resume_after_incoming(run=run)
+        except (QmpError, ConnectionError) as exc:
+            exited = process.returncode is not None
+            await _kill(process)
+            if vm is not None and exited:
+                raise SandboxStartError(vm.exit_reason()) from exc
+            raise
         except BaseException:
             await _kill(process)
             raise
         return vm
 
-    async def _resume_after_incoming(self, timeout_s: float = 60.0) -> None:
+    async def _resume_after_incoming(self, *, run: bool, timeout_s: float = 120.0) -> None:
         """Wait until the saved state is loaded, then run (a state saved paused stays
         paused: QEMU only starts by itself what was running when saved)."""
         deadline = time.monotonic() + timeout_s
@@ -243,8 +253,11 @@ class Vm:
             if time.monotonic() > deadline:
                 raise SandboxStartError(f"the snapshot's state did not load in {timeout_s:.0f} s")
             await asyncio.sleep(0.002)
-        if not (await self.qmp.execute("query-status")).get("running"):
+        running = (await self.qmp.execute("query-status")).get("running")
+        if run and not running:
             await self.qmp.execute("cont")
+        elif running and not run:
+            await self.qmp.execute("stop")
 
     def exit_reason(self) -> str:
         """Why QEMU ended, from its status and the last lines it or the VM's console wrote."""
@@ -269,9 +282,11 @@ class Vm:
         tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
         return "console: " + (" / ".join(tail) if tail else "nothing")
 
-    async def save(self, target: Path, *, resume: bool = False) -> None:
-        """Pause the VM and write its state (devices; RAM unless it is a shared file) to
-        `target`; resume it afterwards when asked."""
+    async def save(self, target: Path, *, resume: bool = False, ignore_shared: bool = True) -> None:
+        """Pause the VM and write its state to `target`; resume it afterwards when asked.
+
+        With `ignore_shared`, RAM mapped shared from a file is left out (the file holds it);
+        without, every page goes into the stream."""
         server_path = self.machine.directory / "migrate.sock"
         done = asyncio.get_running_loop().create_future()
 
@@ -292,7 +307,7 @@ class Vm:
             await self.qmp.execute("stop")
             await self.qmp.execute(
                 "migrate-set-capabilities",
-                capabilities=[{"capability": "x-ignore-shared", "state": True}],
+                capabilities=[{"capability": "x-ignore-shared", "state": ignore_shared}],
             )
             await self.qmp.execute("migrate", uri=f"unix:{server_path}")
             while True:

@@ -148,7 +148,7 @@ class MicroVmRuntime(Runtime):
             )
         return snapshots.read_snapshot(self.snapshots_dir / name)
 
-    async def start(self, spec: SandboxSpec, *, snapshot: str | None = None) -> Sandbox:
+    async def start(self, spec: SandboxSpec) -> Sandbox:
         if self._running >= self.max_sandboxes:
             raise CapacityReached(
                 f"all {self.max_sandboxes} microVM slots are in use: kill a desktop first"
@@ -157,8 +157,8 @@ class MicroVmRuntime(Runtime):
         try:
             image = await self.prepare()
             assert self._accel is not None
-            if snapshot is not None:
-                source = await asyncio.to_thread(self.named_snapshot, snapshot)
+            if spec.snapshot is not None:
+                source = await asyncio.to_thread(self.named_snapshot, spec.snapshot)
             else:
                 source = await self.template(self.shape(spec, image))
             vm = await restore(source, image, spec.id, self.run_dir / spec.id, self._accel)
@@ -183,7 +183,8 @@ class MicroVmRuntime(Runtime):
             raise InvalidRequest(
                 f"snapshot name {name!r}: use 1-64 letters, digits, '.', '_' or '-'"
             )
-        saved = await save_snapshot(sandbox.vm, self.snapshots_dir, name)
+        image = await self.prepare()
+        saved = await save_snapshot(sandbox.vm, image, self.snapshots_dir, self.run_dir, name)
         return {"name": saved.name, "parent": sandbox.id}
 
     async def close(self) -> None:

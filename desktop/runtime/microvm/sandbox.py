@@ -193,8 +193,16 @@ async def restore(
         raise
 
 
-async def save_snapshot(sandbox: MicroVm, root: Path, name: str) -> Snapshot:
-    """Save a running desktop as a snapshot named `name`; the desktop goes on after."""
+async def save_snapshot(
+    sandbox: MicroVm, image: Image, root: Path, run_dir: Path, name: str
+) -> Snapshot:
+    """Save a running desktop as a snapshot named `name`; the desktop goes on after.
+
+    The desktop's RAM is its own (a private mapping), so it travels in the saved stream;
+    a second QEMU then loads that stream into a shared memory file and saves its devices
+    alone, so that desktops made from the snapshot map its memory as they do a template's
+    instead of each loading every page.
+    """
     final = root / name
     if final.exists():
         raise snapshots.SnapshotUnusable(f"a snapshot named {name!r} exists: pick another name")
@@ -210,16 +218,47 @@ async def save_snapshot(sandbox: MicroVm, root: Path, name: str) -> Snapshot:
             await asyncio.to_thread(
                 shutil.copyfile, sandbox.directory / "data.qcow2", work / "data.qcow2"
             )
-            await sandbox.vm.save(work / "state", resume=True)
+            await sandbox.vm.save(work / "stream", resume=True, ignore_shared=False)
         finally:
             with contextlib.suppress(Exception):
                 await sandbox.vm.qmp.execute("cont")
-        snapshots.write_meta(work, sandbox.shape, shared_memory=False, parent=sandbox.id)
+        await _into_shared_memory(work, sandbox, image, run_dir / f"save-{name}")
+        snapshots.write_meta(work, sandbox.shape, shared_memory=True, parent=sandbox.id)
         await asyncio.to_thread(snapshots.seal, work)
         await asyncio.to_thread(work.rename, final)
     finally:
         await asyncio.to_thread(snapshots.remove, work)
     return snapshots.read_snapshot(final)
+
+
+async def _into_shared_memory(work: Path, sandbox: MicroVm, image: Image, directory: Path) -> None:
+    """Load `work/stream` (devices and RAM) into `work/memory`; save devices to `work/state`."""
+    await asyncio.to_thread(_private_dir, directory)
+    vm = None
+    try:
+        stream_fd = os.open(work / "stream", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            machine = Machine(
+                image=image,
+                memory_mb=sandbox.shape.memory_mb,
+                cpus=sandbox.shape.cpus,
+                network=sandbox.shape.network,
+                data_disk=work / "data.qcow2",
+                memory_file=work / "memory",
+                shared_memory=True,
+                directory=directory,
+                accel=sandbox.vm.machine.accel,
+                incoming_fd=stream_fd,
+            )
+            vm = await Vm.start(machine, run=False, ignore_shared=False)
+        finally:
+            os.close(stream_fd)
+        await vm.save(work / "state")
+    finally:
+        if vm is not None:
+            await vm.stop()
+        await asyncio.to_thread(shutil.rmtree, directory, True)
+        (work / "stream").unlink(missing_ok=True)
 
 
 def describe(snapshot: Snapshot) -> dict:
