@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from desktop.protocol.errors import NotFound, SandboxStartError
+from desktop.protocol.errors import Conflict, NotFound, SandboxStartError
 from desktop.runtime.microvm.image import HOME, Image
 
 GUEST_UID = 1000
@@ -42,8 +42,8 @@ class SnapshotNotFound(NotFound):
     code = "snapshot_not_found"
 
 
-class SnapshotUnusable(SandboxStartError):
-    """A snapshot made by another image, or missing some of its files."""
+class SnapshotUnusable(Conflict):
+    """A snapshot made by another image, or missing some of its files (or a name taken)."""
 
     code = "snapshot_unusable"
 

@@ -1,0 +1,190 @@
+"""What only the microvm runtime does: snapshots and forks, a kernel of its own, and how a
+VM's end is seen. (Everything a desktop does is tested on both runtimes by the modules
+that set `BOTH_RUNTIMES`.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import create_desktop, wait_until
+
+BOTH_RUNTIMES = False
+
+
+@pytest.fixture(scope="module")
+def runtime(microvm_image) -> str:
+    return "microvm"
+
+
+def run(api, desktop_id: str, command: str) -> str:
+    response = api.post(f"/api/desktops/{desktop_id}/exec", json={"command": command})
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["exit_code"] == 0, result
+    return result["stdout"]
+
+
+def qemu_pids(desktop_id: str) -> list[int]:
+    """Host processes of this desktop's QEMU (its command line names the desktop)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if (
+                argv
+                and argv[0].endswith(b"qemu-system-x86_64")
+                and (f"cubicle-{desktop_id}".encode() in argv)
+            ):
+                found.append(int(entry.name))
+    return found
+
+
+def test_the_desktop_runs_on_its_own_kernel_with_its_own_limits(api, desktop, service):
+    host_kernel = os.uname().release
+    inside = run(api, desktop["id"], "uname -r; nproc; grep MemTotal /proc/meminfo; hostname")
+    kernel, cpus, memory, hostname = inside.splitlines()
+    assert kernel.endswith("-cloud-amd64") and kernel != host_kernel
+    assert int(cpus) == 2
+    total_mb = int(memory.split()[1]) // 1024
+    assert 1700 < total_mb <= 2048  # memory_mb is the VM's RAM (less what the kernel keeps)
+    assert hostname == f"cubicle-{desktop['id']}"
+    assert qemu_pids(desktop["id"]), "a QEMU process runs the desktop"
+
+
+def test_without_network_the_vm_has_no_network_device(api, desktop):
+    links = run(api, desktop["id"], "ls /sys/class/net")
+    assert links.split() == ["lo"]
+
+
+def test_the_host_is_out_of_sight(api, desktop, service, tmp_path):
+    marker = tmp_path / "host-secret.txt"
+    marker.write_text("host only")
+    inside = run(
+        api,
+        desktop["id"],
+        f"cat {marker} 2>&1; ls {service.data_dir} 2>&1; cat /proc/cmdline; "
+        "ps -e -o comm= | grep -c qemu || true",
+    )
+    assert "host only" not in inside
+    assert "No such file" in inside
+    assert "token" not in inside and desktop["id"] not in inside.split("\n")[2]
+    assert inside.strip().endswith("0")  # no QEMU (nor anything of the host) inside
+
+
+def test_the_guest_answers_its_runtime_only(api, desktop, service):
+    """The guest daemon asks for the desktop's own secret, which lives in the host's
+    memory only: a direct call on its socket without it gets a 401."""
+    import httpx
+
+    socket_path = service.data_dir / "microvm" / "run" / desktop["id"] / "guest.sock"
+    assert oct(socket_path.stat().st_mode & 0o777) == oct(0o600)
+    transport = httpx.HTTPTransport(uds=str(socket_path))
+    with httpx.Client(transport=transport, base_url="http://guest", timeout=30) as guest:
+        assert guest.get("/health").status_code == 401
+        forged = guest.get("/health", headers={"Authorization": "Bearer forged"})
+        assert forged.status_code == 401
+    assert api.get(f"/api/desktops/{desktop['id']}/cursor").status_code == 200
+
+
+def test_a_snapshot_forks_identical_desktops_with_identities_of_their_own(api, desktop):
+    base = f"/api/desktops/{desktop['id']}"
+    api.put(f"{base}/files", params={"path": "~/prepared.txt"}, content=b"ready to fork")
+    taken = api.post(f"{base}/snapshot", json={"name": "prepared"}, timeout=300)
+    assert taken.status_code == 201, taken.text
+    assert taken.json() == {"name": "prepared", "parent": desktop["id"]}
+    again = api.post(f"{base}/snapshot", json={"name": "prepared"}, timeout=300)
+    assert again.status_code == 409, again.text
+    forks = [create_desktop(api, runtime="microvm", snapshot="prepared") for _ in range(2)]
+    try:
+        seen = []
+        for fork in forks:
+            assert fork["status"] == "ready" and fork["runtime"] == "microvm"
+            note = api.get(f"/api/desktops/{fork['id']}/files", params={"path": "~/prepared.txt"})
+            assert note.content == b"ready to fork"
+            seen.append(run(api, fork["id"], "hostname; cat /etc/machine-id").split())
+        assert seen[0][0] == f"cubicle-{forks[0]['id']}"
+        assert seen[0][0] != seen[1][0] and seen[0][1] != seen[1][1]
+        # Each fork writes to its own disk; the parent goes on unchanged.
+        api.put(
+            f"/api/desktops/{forks[0]['id']}/files", params={"path": "~/mine.txt"}, content=b"1"
+        )
+        other = api.get(f"/api/desktops/{forks[1]['id']}/files", params={"path": "~/mine.txt"})
+        assert other.status_code == 404
+        assert run(api, desktop["id"], "cat ~/prepared.txt") == "ready to fork"
+    finally:
+        for fork in forks:
+            api.delete(f"/api/desktops/{fork['id']}")
+
+
+def test_bad_snapshot_requests_get_clear_answers(api, desktop, service):
+    base = f"/api/desktops/{desktop['id']}"
+    bad_name = api.post(f"{base}/snapshot", json={"name": "../escape"})
+    assert bad_name.status_code == 422
+    unknown = api.post("/api/desktops", json={"runtime": "microvm", "snapshot": "nothing-here"})
+    assert unknown.status_code == 404 and unknown.json()["error"] == "snapshot_not_found"
+    local = create_desktop(api)
+    try:
+        refused = api.post(f"/api/desktops/{local['id']}/snapshot", json={"name": "x"})
+        assert refused.status_code == 409 and "microvm" in refused.json()["detail"]
+    finally:
+        api.delete(f"/api/desktops/{local['id']}")
+    # A snapshot of another image, or one missing its files, is refused and says why.
+    snapshots = service.data_dir / "microvm" / "snapshots"
+    source = snapshots / "prepared"
+    if not source.exists():
+        pytest.skip("needs the snapshot of the fork test")
+    for name, damage in (("foreign", "image"), ("broken", "files")):
+        copy = snapshots / name
+        shutil.copytree(source, copy)
+        os.chmod(copy / "meta.json", 0o644)
+        if damage == "image":
+            meta = json.loads((copy / "meta.json").read_text())
+            meta["shape"]["image"] = "0123456789abcdef"
+            (copy / "meta.json").write_text(json.dumps(meta))
+        else:
+            os.chmod(copy / "state", 0o644)
+            (copy / "state").unlink()
+        answer = api.post("/api/desktops", json={"runtime": "microvm", "snapshot": name})
+        assert answer.status_code == 409, answer.text
+        expected = "made by image 0123456789abcdef" if damage == "image" else "missing state"
+        assert expected in answer.json()["detail"]
+    assert api.get(f"{base}/cursor").status_code == 200
+
+
+def test_killing_qemu_fails_the_desktop_with_the_reason_and_leaks_nothing(api, service):
+    doomed = create_desktop(api, runtime="microvm")
+    bystander = create_desktop(api, runtime="microvm")
+    try:
+        pids = qemu_pids(doomed["id"])
+        assert len(pids) == 1
+        os.kill(pids[0], signal.SIGKILL)
+        info = wait_until(
+            lambda: (
+                (d := api.get(f"/api/desktops/{doomed['id']}").json())["status"] == "failed" and d
+            ),
+            timeout_s=30,
+            what="the desktop to be reported failed",
+        )
+        assert info["reason"] == "QEMU was killed by signal 9"
+        gone = api.post(
+            f"/api/desktops/{doomed['id']}/actions", json={"type": "move", "x": 1, "y": 1}
+        )
+        assert gone.status_code == 410 and "killed by signal 9" in gone.json()["detail"]
+        run_dir = service.data_dir / "microvm" / "run" / doomed["id"]
+        wait_until(lambda: not run_dir.exists(), timeout_s=10, what="its directory to go")
+        assert qemu_pids(doomed["id"]) == []
+        # The service and the other desktop go on.
+        assert run(api, bystander["id"], "echo alive").strip() == "alive"
+    finally:
+        api.delete(f"/api/desktops/{doomed['id']}")
+        api.delete(f"/api/desktops/{bystander['id']}")
+    wait_until(lambda: qemu_pids(bystander["id"]) == [], timeout_s=10, what="QEMU to end")
