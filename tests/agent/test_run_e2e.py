@@ -19,6 +19,8 @@ from desktop.sdk import AsyncDesktop
 from tests.agent.fake_model import FakeModelServer, Turn
 from tests.conftest import Service, create_desktop
 
+BOTH_RUNTIMES = True
+
 HAIKU = "sandbox walls stand tall\nquiet desktops, one per mind\nthe agent clicks save"
 
 
@@ -27,9 +29,9 @@ def say(thought: str, **action) -> str:
 
 
 @pytest.fixture(scope="module")
-def tall_desktop(api: httpx.Client) -> Iterator[dict]:
+def tall_desktop(api: httpx.Client, runtime: str) -> Iterator[dict]:
     """1280×1024: GTK's Save dialog (1096×856 by default) fits with its buttons on screen."""
-    info = create_desktop(api, resolution=[1280, 1024])
+    info = create_desktop(api, resolution=[1280, 1024], runtime=runtime)
     try:
         yield info
     finally:

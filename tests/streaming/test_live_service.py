@@ -13,6 +13,8 @@ from aiortc.mediastreams import MediaStreamError
 
 from tests.conftest import create_desktop, wait_until
 
+BOTH_RUNTIMES = True
+
 
 class Peer:
     """A viewer: a real aiortc peer signalled through `POST /api/desktops/{id}/webrtc`."""
