@@ -33,6 +33,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     use the service's default, `local`."""
     if "runtime" in metafunc.fixturenames and getattr(metafunc.module, "BOTH_RUNTIMES", False):
         metafunc.parametrize("runtime", RUNTIMES, indirect=True, scope="module")
+
+
 MICROVM_CREATE_TIMEOUT_S = 900
 """The first microVM desktop of a shape waits for its template: a cold boot under TCG."""
 

@@ -196,6 +196,8 @@ class Agent:
         elif kind is Kind.OPEN:
             stream = self.mux.open(number)
             self._spawn(self._connect(stream), f"connect-{number}")
+        elif kind is Kind.PING:
+            self.link.write(frame(Kind.PONG, 0, payload))
 
     async def _connect(self, stream) -> None:
         try:

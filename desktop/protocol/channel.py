@@ -14,7 +14,8 @@ direction, `CLOSE` both. `HELLO` starts a session: the host sends it first thing
 connecting, with the desktop's configuration and identity; the guest answers it. A
 session starts with `MAGIC` on each side, so a reader that lost its place (a host that
 reconnected, a VM restored from a snapshot) finds the next session by scanning for it.
-`EVENT` carries the guest's progress events (JSON) to the host.
+`EVENT` carries the guest's progress events (JSON) to the host; the host's `PING`s, each
+answered by a `PONG` with the same payload, tell it the VM still runs.
 
 Only the standard library: the guest imports this inside the VM.
 """
@@ -48,6 +49,8 @@ class Kind(enum.IntEnum):
     CLOSE = 5
     CREDIT = 6
     EVENT = 7
+    PING = 8
+    PONG = 9
 
 
 class ChannelBroken(SandboxError):

@@ -28,6 +28,7 @@ def _microvm(settings: Settings) -> Runtime:
         settings.data_dir,
         images_dir=settings.images_dir,
         max_sandboxes=settings.max_desktops,
+        hang_s=settings.microvm_hang_s,
     )
 
 

@@ -188,3 +188,33 @@ def test_killing_qemu_fails_the_desktop_with_the_reason_and_leaks_nothing(api, s
         api.delete(f"/api/desktops/{doomed['id']}")
         api.delete(f"/api/desktops/{bystander['id']}")
     wait_until(lambda: qemu_pids(bystander["id"]) == [], timeout_s=10, what="QEMU to end")
+
+
+def test_a_hung_vm_fails_the_desktop_and_the_service_goes_on(images_dir):
+    """A VM that answers no ping (SIGSTOP freezes all of QEMU) is failed and killed."""
+    from tests.conftest import start_service, stop_service
+
+    service = start_service(
+        CUBICLE_MAX_UPLOAD_MB="1",  # the session's desktop shape: its template exists
+        CUBICLE_IMAGES_DIR=str(images_dir),
+        CUBICLE_MICROVM_HANG_S="6",
+        CUBICLE_WARM_POOL="0",
+    )
+    try:
+        with service.client() as api:
+            frozen = create_desktop(api, runtime="microvm")
+            (pid,) = qemu_pids(frozen["id"])
+            os.kill(pid, signal.SIGSTOP)
+            info = wait_until(
+                lambda: (
+                    (d := api.get(f"/api/desktops/{frozen['id']}").json())["status"] == "failed"
+                    and d
+                ),
+                timeout_s=60,
+                what="the hung desktop to be failed",
+            )
+            assert "stopped answering" in info["reason"]
+            wait_until(lambda: qemu_pids(frozen["id"]) == [], timeout_s=10, what="QEMU killed")
+            assert api.get("/api/desktops").status_code == 200
+    finally:
+        stop_service(service)

@@ -19,6 +19,7 @@ import itertools
 import json
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -96,6 +97,8 @@ class HostChannel:
         self._reader_task: asyncio.Task | None = None
         self._server: asyncio.Server | None = None
         self._hello: asyncio.Future[dict] | None = None
+        self.last_pong = time.monotonic()
+        """When the VM last answered a ping (monotonic seconds)."""
 
     async def start(
         self,
@@ -145,6 +148,13 @@ class HostChannel:
         elif kind is Kind.EVENT:
             with contextlib.suppress(ValueError):
                 self._events.put_nowait(json.loads(payload))
+        elif kind is Kind.PONG:
+            self.last_pong = time.monotonic()
+
+    def ping(self) -> None:
+        """Ask the VM for a sign of life (`last_pong` moves when it answers)."""
+        if self._mux is not None:
+            self._mux.send(Kind.PING, 0, b"?")
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._mux is None:

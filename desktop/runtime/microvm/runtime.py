@@ -73,6 +73,7 @@ class MicroVmRuntime(Runtime):
         *,
         images_dir: Path | None = None,
         max_sandboxes: int = 64,
+        hang_s: float = 60.0,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         self.images_dir = images_dir or data_dir / "images"
@@ -81,6 +82,8 @@ class MicroVmRuntime(Runtime):
         self.snapshots_dir = data_dir / "microvm" / "snapshots"
         self.run_dir = data_dir / "microvm" / "run"
         self.max_sandboxes = max_sandboxes
+        self.hang_s = hang_s
+        """Seconds a VM may answer no ping before it counts as hung and is killed."""
         self._progress = progress or (lambda line: log.info("%s", line))
         self._running = 0
         self._image: Image | None = None
@@ -165,6 +168,7 @@ class MicroVmRuntime(Runtime):
         except BaseException:
             self._running -= 1
             raise
+        vm.watch(self.hang_s)
         sandbox = MicroVmSandbox(vm)
         self._sandboxes.add(sandbox)
 

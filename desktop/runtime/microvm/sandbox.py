@@ -37,6 +37,9 @@ class MicroVm:
         self._failure: str | None = None
         self._stopped = False
         self._release: list = []
+        self._watchdog: asyncio.Task | None = None
+        self.paused = False
+        """Set while the VM is paused on purpose (a snapshot being saved): no pings then."""
 
     @classmethod
     async def launch(
@@ -68,6 +71,26 @@ class MicroVm:
         sandbox.identity = identity
         return sandbox
 
+    def watch(self, hang_s: float, every_s: float = 2.0) -> None:
+        """Ping the VM from now on; one that answers nothing for `hang_s` is hung: the
+        desktop fails with that reason and QEMU is killed."""
+        self._watchdog = asyncio.create_task(self._watch(hang_s, every_s), name=f"ping-{self.id}")
+
+    async def _watch(self, hang_s: float, every_s: float) -> None:
+        self.channel.last_pong = time.monotonic()
+        while self.vm.process.returncode is None:
+            if self.paused:
+                self.channel.last_pong = time.monotonic()
+            else:
+                self.channel.ping()
+            await asyncio.sleep(every_s)
+            silent = time.monotonic() - self.channel.last_pong
+            if silent > hang_s and not self.paused:
+                self._failure = f"the VM stopped answering (hung for {silent:.0f} s): killed"
+                log.warning("desktop %s: %s", self.id, self._failure)
+                await self.vm.stop()
+                return
+
     async def events(self) -> AsyncIterator[dict]:
         async for event in self.channel.events():
             if event.get("event") == "failed":
@@ -90,6 +113,10 @@ class MicroVm:
         if self._stopped:
             return
         self._stopped = True
+        if self._watchdog is not None and self._watchdog is not asyncio.current_task():
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
         await self.channel.stop()
         await self.vm.stop()
         await asyncio.to_thread(shutil.rmtree, self.directory, True)
@@ -211,6 +238,7 @@ async def save_snapshot(
     await asyncio.to_thread(work.mkdir, parents=True)
     try:
         await sandbox.channel.quiesce()
+        sandbox.paused = True
         await sandbox.vm.qmp.execute("stop")
         try:
             # The disk as it is now, while nothing writes to it: a copy of the desktop's
@@ -222,6 +250,7 @@ async def save_snapshot(
         finally:
             with contextlib.suppress(Exception):
                 await sandbox.vm.qmp.execute("cont")
+            sandbox.paused = False
         await _into_shared_memory(work, sandbox, image, run_dir / f"save-{name}")
         snapshots.write_meta(work, sandbox.shape, shared_memory=True, parent=sandbox.id)
         await asyncio.to_thread(snapshots.seal, work)
