@@ -122,6 +122,12 @@ def desktop(api: httpx.Client, runtime: str) -> Iterator[dict]:
         api.delete(f"/api/desktops/{info['id']}")
 
 
+def patience(desktop: dict, seconds: float) -> float:
+    """How long to wait for a program to start or draw on this desktop: a microVM here
+    emulates its CPU (TCG, no usable KVM), so programs start several times slower in it."""
+    return seconds * (8 if desktop.get("runtime") == "microvm" else 1)
+
+
 def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.05, what: str = ""):
     """Poll `predicate` until it returns something truthy; fail with `what` after the timeout."""
     deadline = time.monotonic() + timeout_s

@@ -11,7 +11,7 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
-from tests.conftest import create_desktop, wait_until
+from tests.conftest import create_desktop, patience, wait_until
 
 BOTH_RUNTIMES = True
 
@@ -56,7 +56,7 @@ async def client(service):
         yield client
 
 
-def start_ticking(api, desktop_id: str) -> None:
+def start_ticking(api, desktop_id: str, timeout_s: float = 10.0) -> None:
     """Open a terminal printing the time 20 times a second, so the screen keeps changing.
 
     (aiortc's receiver hands out a frame once the next one arrives: a still screen would
@@ -68,12 +68,16 @@ def start_ticking(api, desktop_id: str) -> None:
         json={"app": "terminal", "args": ["-x", "sh", "-c", loop]},
     )
     assert response.status_code == 200, response.text
-    wait_until(lambda: api.get(f"/api/desktops/{desktop_id}/windows").json(), what="a terminal")
+    wait_until(
+        lambda: api.get(f"/api/desktops/{desktop_id}/windows").json(),
+        timeout_s=timeout_s,
+        what="a terminal",
+    )
 
 
 @pytest.fixture(scope="module")
 def ticking(api, desktop):
-    start_ticking(api, desktop["id"])
+    start_ticking(api, desktop["id"], patience(desktop, 10.0))
     return desktop
 
 

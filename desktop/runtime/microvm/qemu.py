@@ -381,5 +381,8 @@ async def probe_accel(image: Image, directory: Path) -> Accel:
     if _accel == "kvm":
         log.info("microVM: KVM works here: VMs run with hardware virtualisation")
     else:
-        log.warning("microVM: KVM is present but a test guest hung: QEMU runs with TCG (slower)")
+        log.warning(
+            "microVM: /dev/kvm is there but a test guest did not boot under KVM: "
+            "QEMU runs with TCG (slower)"
+        )
     return _accel

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from desktop.guest_client import GuestEndpoint
-from desktop.protocol.errors import CapacityReached, Conflict, InvalidRequest
+from desktop.protocol.errors import CapacityReached, Conflict, CubicleError, InvalidRequest
 from desktop.protocol.models import GuestEvent
 from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
 from desktop.runtime.microvm import snapshot as snapshots
@@ -103,9 +103,22 @@ class MicroVmRuntime(Runtime):
                 for path in (self.templates_dir, self.snapshots_dir, self.run_dir):
                     await asyncio.to_thread(path.mkdir, mode=0o700, parents=True, exist_ok=True)
                 image = await build_image(self.images_dir, self._progress)
+                await asyncio.to_thread(self._forget_templates_of_other_images, image)
                 self._accel = await probe_accel(image, self.run_dir / "probe")
                 self._image = image
             return self._image
+
+    def _forget_templates_of_other_images(self, image: Image) -> None:
+        """Templates of an older image can never be restored again: free their disk."""
+        for directory in self.templates_dir.iterdir():
+            if directory.name.startswith("."):
+                continue
+            try:
+                stale = snapshots.read_snapshot(directory).shape.image != image.key
+            except CubicleError:
+                stale = True
+            if stale:
+                snapshots.remove(directory)
 
     def shape(self, spec: SandboxSpec, image: Image) -> Shape:
         cpus = math.ceil(spec.cpu_cores) if spec.cpu_cores else DEFAULT_CPUS

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -288,8 +287,3 @@ async def _into_shared_memory(work: Path, sandbox: MicroVm, image: Image, direct
             await vm.stop()
         await asyncio.to_thread(shutil.rmtree, directory, True)
         (work / "stream").unlink(missing_ok=True)
-
-
-def describe(snapshot: Snapshot) -> dict:
-    meta = json.loads((snapshot.directory / "meta.json").read_text())
-    return {"name": snapshot.name, **meta}
