@@ -300,10 +300,20 @@ async def build_image(images_dir: Path, progress: Progress = print) -> Image:
             await _build_base(image.base, images_dir, progress)
         if not _built(image.guest):
             await _build_guest(image.guest, progress)
+        await asyncio.to_thread(_prune, images_dir, {image.base.name, image.guest.name})
         progress(f"microVM image {image.key}: ready in {time.monotonic() - started:.0f} s")
         return image
     finally:
         lock.__exit__(None, None, None)
+
+
+def _prune(images_dir: Path, keep: set[str]) -> None:
+    """Remove the layers a new build replaced (one images directory serves one checkout)."""
+    for directory in images_dir.glob("*-*"):
+        if directory.name.startswith(("base-", "guest-")) and directory.name not in keep:
+            for path in directory.iterdir():
+                path.chmod(0o644)
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 async def _build_base(final: Path, images_dir: Path, progress: Progress) -> None:
