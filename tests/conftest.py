@@ -39,6 +39,19 @@ MICROVM_CREATE_TIMEOUT_S = 900
 """The first microVM desktop of a shape waits for its template: a cold boot under TCG."""
 
 
+MICROVM_TEST_TIMEOUT_S = 1500
+"""pytest-timeout for a microVM test: the first desktop of a shape cold-boots its template
+(minutes under TCG on a busy 2-core host), inside the setup of the test that asks first."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_microvm = callspec is not None and callspec.params.get("runtime") == "microvm"
+        if on_microvm or item.nodeid.startswith("tests/desktop/test_microvm.py"):
+            item.add_marker(pytest.mark.timeout(MICROVM_TEST_TIMEOUT_S))
+
+
 @pytest.fixture(scope="session")
 def images_dir() -> Iterator[Path]:
     """Where this run keeps microVM images and templates: CUBICLE_TEST_IMAGES_DIR (to reuse
