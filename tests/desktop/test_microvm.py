@@ -218,3 +218,33 @@ def test_a_hung_vm_fails_the_desktop_and_the_service_goes_on(images_dir):
             assert api.get("/api/desktops").status_code == 200
     finally:
         stop_service(service)
+
+
+def test_network_reaches_out_but_not_the_hosts_loopback(api):
+    """`network: true` is a user-mode network (passt): the VM reaches the host's other
+    addresses as any outside machine would, never the host's loopback."""
+    import http.server
+    import socket
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), http.server.SimpleHTTPRequestHandler)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this picks the outward address
+        host_address = probe.getsockname()[0]
+    connected = create_desktop(api, runtime="microvm", network=True)
+    try:
+        links = run(api, connected["id"], "ls /sys/class/net; ip -4 -o addr show eth0")
+        assert "eth0" in links and "10.0.2.15/24" in links
+        fetch = (
+            'python3 -c "import sys, urllib.request; '
+            'print(urllib.request.urlopen(sys.argv[1], timeout=5).status)" {} 2>&1 || true'
+        )
+        outward = run(api, connected["id"], fetch.format(f"http://{host_address}:{port}/"))
+        assert outward.strip() == "200"
+        loopback = run(api, connected["id"], fetch.format(f"http://10.0.2.2:{port}/"))
+        assert "200" not in loopback and "Error" in loopback
+    finally:
+        api.delete(f"/api/desktops/{connected['id']}")
+        server.shutdown()

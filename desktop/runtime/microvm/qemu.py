@@ -58,6 +58,10 @@ class Machine:
     accel: Accel
     incoming_fd: int | None = None
     """A file descriptor of a saved state to start from (`-incoming defer` then QMP)."""
+    netdev: tuple[str, ...] = ()
+    """With `network`: the `-netdev` arguments of its backend (`network.Egress`)."""
+    net_fd: int | None = None
+    """A descriptor those arguments name, for QEMU to inherit."""
 
     @property
     def channel_socket(self) -> Path:
@@ -114,7 +118,9 @@ class Machine:
             "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
         ]  # fmt: skip
         if self.network:
-            argv += ["-netdev", "user,id=net", "-device", "virtio-net-device,netdev=net"]
+            if not self.netdev:
+                raise SandboxStartError("a VM with a network needs a network backend")
+            argv += [*self.netdev, "-device", "virtio-net-device,netdev=net"]
         if self.incoming_fd is not None:
             argv += ["-incoming", "defer"]
         return argv
@@ -212,7 +218,9 @@ class Vm:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
-                pass_fds=() if machine.incoming_fd is None else (machine.incoming_fd,),
+                pass_fds=tuple(
+                    fd for fd in (machine.incoming_fd, machine.net_fd) if fd is not None
+                ),
                 start_new_session=True,
             )
         except FileNotFoundError as exc:

@@ -9,12 +9,14 @@ import os
 import shutil
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 from desktop.protocol.errors import SandboxStartError
 from desktop.runtime.microvm import snapshot as snapshots
 from desktop.runtime.microvm.channel import DesktopConfig, HostChannel, Identity
 from desktop.runtime.microvm.image import Image
+from desktop.runtime.microvm.network import DETACHED, Egress, PasstEgress
 from desktop.runtime.microvm.qemu import Accel, Machine, Vm, _connect_unix
 from desktop.runtime.microvm.snapshot import Shape, Snapshot
 
@@ -37,6 +39,7 @@ class MicroVm:
         self._stopped = False
         self._release: list = []
         self._watchdog: asyncio.Task | None = None
+        self.egress: Egress | None = None
         self.paused = False
         """Set while the VM is paused on purpose (a snapshot being saved): no pings then."""
 
@@ -52,7 +55,20 @@ class MicroVm:
     ) -> MicroVm:
         """Start QEMU and the channel's session; returns before the desktop is ready."""
         identity = identity or Identity.fresh(desktop_id, time.time())
-        vm = await Vm.start(machine)
+        egress = PasstEgress() if machine.network else None
+        try:
+            if egress is not None:
+                netdev, net_fd = await egress.start(directory)
+                machine = replace(machine, netdev=netdev, net_fd=net_fd)
+            try:
+                vm = await Vm.start(machine)
+            finally:
+                if machine.net_fd is not None:
+                    os.close(machine.net_fd)
+        except BaseException:
+            if egress is not None:
+                await egress.stop()
+            raise
         channel = HostChannel(machine.channel_socket, directory / "guest.sock")
         try:
             reader, writer = await _connect_unix(machine.channel_socket, vm.process)
@@ -65,9 +81,12 @@ class MicroVm:
         except BaseException:
             await channel.stop()
             await vm.stop()
+            if egress is not None:
+                await egress.stop()
             raise
         sandbox = cls(desktop_id, directory, vm, channel, shape)
         sandbox.identity = identity
+        sandbox.egress = egress
         return sandbox
 
     def watch(self, hang_s: float, every_s: float = 2.0) -> None:
@@ -118,6 +137,8 @@ class MicroVm:
                 await self._watchdog
         await self.channel.stop()
         await self.vm.stop()
+        if self.egress is not None:
+            await self.egress.stop()
         await asyncio.to_thread(shutil.rmtree, self.directory, True)
         for release in self._release:
             release()
@@ -277,6 +298,7 @@ async def _into_shared_memory(work: Path, sandbox: MicroVm, image: Image, direct
                 directory=directory,
                 accel=sandbox.vm.machine.accel,
                 incoming_fd=stream_fd,
+                netdev=DETACHED if sandbox.shape.network else (),
             )
             vm = await Vm.start(machine, run=False, ignore_shared=False)
         finally:
