@@ -37,6 +37,8 @@ WINDOW = 1 << 20
 """Bytes a stream may have in flight before the receiver gives credit back."""
 CHUNK = 64 << 10
 """Largest payload of one DATA frame."""
+CREDIT_BATCH = WINDOW // 4
+"""Bytes written on before the receiver gives them back as credit."""
 MAX_CONTROL = 1 << 20
 """Largest HELLO or EVENT payload."""
 
@@ -211,10 +213,16 @@ class Mux:
             await self._link.drain()
 
     async def _inbound(self, stream: _Stream, writer: asyncio.StreamWriter) -> None:
+        consumed = 0
         while (data := await stream.inbox.get()) is not None:
             writer.write(data)
             await writer.drain()
-            self.send(Kind.CREDIT, stream.number, len(data).to_bytes(4, "big"))
+            consumed += len(data)
+            # Credit goes back in quarter windows: a request and its answer cost one frame
+            # each way, not two, while a bulk transfer never waits on a full window.
+            if consumed >= CREDIT_BATCH or (stream.inbox.empty() and consumed >= CHUNK):
+                self.send(Kind.CREDIT, stream.number, consumed.to_bytes(4, "big"))
+                consumed = 0
         if writer.can_write_eof():
             writer.write_eof()
 

@@ -88,7 +88,7 @@ async def test_a_haiku_is_written_and_saved(
 
     story = [(step.action_text, step.result, [g.raw for g in step.grounded]) for step in heard]
     assert record.status == "done", (record.reason, story)
-    assert [step.outcome for step in heard] == ["acted"] * 8 + ["done"]
+    assert [step.outcome for step in heard] == ["acted"] * 8 + ["done"], story
     saved = (await remote.files.read("~/haiku.txt")).decode()
     assert saved.rstrip("\n") == HAIKU, story
     sources = {step.action_text: step.grounded[0].source for step in heard if step.grounded}
