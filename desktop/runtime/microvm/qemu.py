@@ -88,7 +88,7 @@ class Machine:
             # kernel crawl on jiffies. Tell it the rate.
             cmdline += f" tsc_early_khz={khz}"
         accel = ["-accel", "kvm", "-cpu", "host"] if self.accel == "kvm" else [
-            "-accel", "tcg,thread=multi,tb-size=64", "-cpu", "max",
+            "-accel", "tcg,thread=multi,tb-size=256", "-cpu", "max",
         ]  # fmt: skip
         argv = [
             QEMU,
