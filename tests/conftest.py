@@ -32,7 +32,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     `runtime` fixture, through `desktop` or directly) runs once per runtime; other modules
     use the service's default, `local`."""
     if "runtime" in metafunc.fixturenames and getattr(metafunc.module, "BOTH_RUNTIMES", False):
-        metafunc.parametrize("runtime", RUNTIMES, indirect=True, scope="module")
+        local_only = metafunc.definition.get_closest_marker("local_only") is not None
+        runtimes = ("local",) if local_only else RUNTIMES
+        metafunc.parametrize("runtime", runtimes, indirect=True, scope="module")
 
 
 MICROVM_CREATE_TIMEOUT_S = 900

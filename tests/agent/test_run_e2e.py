@@ -58,6 +58,10 @@ def settings(server: FakeModelServer, grounder: str, **flags):
     )
 
 
+@pytest.mark.local_only(
+    "mousepad takes longer than the agent's 10 s window wait in a TCG microVM here; "
+    "test_microvm has an agent run whose script waits for it"
+)
 async def test_a_haiku_is_written_and_saved(
     service: Service,
     api: httpx.Client,
