@@ -290,17 +290,15 @@ class Agent:
         asyncio.get_running_loop().call_later(0.5, power_off)
 
     async def serve(self) -> None:
+        """Serve sessions for as long as the VM runs: after a hang-up (the link's next
+        reader) or garbage (the same reader), look for the next session's mark."""
         while True:
-            reader = self.link.reader
             try:
-                await find_session(reader)
-                await serve_frames(reader, self.mux, self.on_control)
+                await find_session(self.link.reader)
+                await serve_frames(self.link.reader, self.mux, self.on_control)
             except (asyncio.IncompleteReadError, ChannelBroken) as exc:
                 log.info("session ended: %s", exc)
                 self.mux.reset()
-                if reader is self.link.reader:  # garbage, not a hang-up: look for MAGIC
-                    continue
-                await asyncio.sleep(0)
 
 
 def power_off() -> None:
