@@ -18,7 +18,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import agent_step, board, click, create, density, grounding, live, microvm, screenshot
+from bench import (
+    adapters,
+    agent_step,
+    board,
+    click,
+    create,
+    density,
+    grounding,
+    live,
+    microvm,
+    screenshot,
+)
 from bench._run import Options, machine, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Any]] = {
@@ -30,6 +41,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "agent_step": lambda options: agent_step.run(options.quick),
     "live": lambda options: live.run(options.quick),
     "board": board.run,
+    "adapters": adapters.run,
     "microvm": microvm.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
