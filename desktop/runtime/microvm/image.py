@@ -48,9 +48,18 @@ GUEST_SOURCES = ("desktop/guest", "desktop/protocol", "streaming", "desktop/*.py
 """The modules the guest runs: a change to one of them makes a new guest layer (the wheel
 holds the host's modules too; the VM never runs them)."""
 HOST_ONLY = frozenset(
-    {"openai", "rapidocr-onnxruntime", "aiortc", "pyautogui", "pydantic-settings"}
+    {
+        "openai",
+        "anthropic",
+        "openai-agents",
+        "mcp",
+        "rapidocr-onnxruntime",
+        "aiortc",
+        "pyautogui",
+        "pydantic-settings",
+    }
 )
-"""The project's dependencies the guest never imports (the agent, WebRTC, settings)."""
+"""The project's dependencies the guest never imports (the agent, MCP, WebRTC, settings)."""
 BUILDER_VERSION = "1"
 """Bumped when this module builds a different image from the same inputs."""
 GUEST_UID = 1000
@@ -142,7 +151,7 @@ def base_key() -> str:
 
 def guest_key() -> str:
     """Hash of the guest layer's inputs: the guest's modules, dependencies, home defaults."""
-    files = [CHECKOUT / "pyproject.toml", *_tree(HOME)]
+    files = [CHECKOUT / "pyproject.toml", Path(__file__), *_tree(HOME)]
     for source in GUEST_SOURCES:
         folder, _, pattern = source.partition("/*")
         if pattern:
