@@ -19,8 +19,6 @@ from desktop.sdk import AsyncDesktop
 from tests.agent.fake_model import FakeModelServer, Turn
 from tests.conftest import Service, create_desktop
 
-BOTH_RUNTIMES = True
-
 HAIKU = "sandbox walls stand tall\nquiet desktops, one per mind\nthe agent clicks save"
 
 
@@ -29,9 +27,9 @@ def say(thought: str, **action) -> str:
 
 
 @pytest.fixture(scope="module")
-def tall_desktop(api: httpx.Client, runtime: str) -> Iterator[dict]:
+def tall_desktop(api: httpx.Client) -> Iterator[dict]:
     """1280×1024: GTK's Save dialog (1096×856 by default) fits with its buttons on screen."""
-    info = create_desktop(api, resolution=[1280, 1024], runtime=runtime)
+    info = create_desktop(api, resolution=[1280, 1024])
     try:
         yield info
     finally:
@@ -58,10 +56,6 @@ def settings(server: FakeModelServer, grounder: str, **flags):
     )
 
 
-@pytest.mark.local_only(
-    "mousepad takes longer than the agent's 10 s window wait in a TCG microVM here; "
-    "test_microvm has an agent run whose script waits for it"
-)
 async def test_a_haiku_is_written_and_saved(
     service: Service,
     api: httpx.Client,
@@ -91,8 +85,8 @@ async def test_a_haiku_is_written_and_saved(
     )
 
     story = [(step.action_text, step.result, [g.raw for g in step.grounded]) for step in heard]
-    assert record.status == "done", (record.reason, story)
-    assert [step.outcome for step in heard] == ["acted"] * 8 + ["done"], story
+    assert record.status == "done", story
+    assert [step.outcome for step in heard] == ["acted"] * 8 + ["done"]
     saved = (await remote.files.read("~/haiku.txt")).decode()
     assert saved.rstrip("\n") == HAIKU, story
     sources = {step.action_text: step.grounded[0].source for step in heard if step.grounded}
