@@ -73,12 +73,26 @@ class MicroVmResult:
 class _Api:
     """Keep-alive HTTP/1.1 to the service, as a lean client would call it."""
 
+    IDLE_S = 2.0
+    """The service closes a keep-alive connection idle for 5 s: reconnect before that."""
+
     def __init__(self, service: Service) -> None:
         host, _, port = service.url.removeprefix("http://").partition(":")
-        self._conn = http.client.HTTPConnection(host, int(port), timeout=CREATE_TIMEOUT_S)
+        self._address = (host, int(port))
+        self._conn = http.client.HTTPConnection(*self._address, timeout=CREATE_TIMEOUT_S)
         self._auth = {"Authorization": f"Bearer {service.token}"}
+        self._last = time.monotonic()
 
     def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
+        if time.monotonic() - self._last > self.IDLE_S:
+            self._conn.close()
+            self._conn = http.client.HTTPConnection(*self._address, timeout=CREATE_TIMEOUT_S)
+        try:
+            return self._call(method, path, body)
+        finally:
+            self._last = time.monotonic()
+
+    def _call(self, method: str, path: str, body: dict | None) -> tuple[int, bytes]:
         headers = dict(self._auth)
         data = None
         if body is not None:
