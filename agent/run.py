@@ -18,6 +18,7 @@ from agent.planner import ChatPlanner, Planner
 from agent.settings import TOOL_KINDS, AgentSettings
 from agent.steps import RunRecord
 from agent.store import RunStore
+from desktop import RecordingInfo
 from desktop.protocol.errors import InvalidRequest
 from desktop.sdk import AsyncDesktop
 
@@ -100,6 +101,7 @@ async def agent_for(
     store: RunStore | None = None,
     on_step: OnStep | None = None,
     run_id: str | None = None,
+    recording: RecordingInfo | None = None,
 ) -> AsyncIterator[Agent]:
     """An `Agent` with the models `settings` name, closed again on the way out."""
     settings = settings.resolve()
@@ -117,6 +119,7 @@ async def agent_for(
             a11y_text=settings.a11y_text,
             grounder_name=settings.grounder.spec,
             run_id=run_id,
+            recording=recording,
         )
     finally:
         try:

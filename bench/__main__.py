@@ -25,9 +25,11 @@ from bench import (
     click,
     create,
     density,
+    evals,
     grounding,
     live,
     microvm,
+    pointer,
     screenshot,
 )
 from bench._run import Options, machine, progress
@@ -40,8 +42,10 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "grounding": lambda options: grounding.run(options.quick),
     "agent_step": lambda options: agent_step.run(options.quick),
     "live": lambda options: live.run(options.quick),
+    "pointer": lambda options: pointer.run(options.quick),
     "board": board.run,
     "adapters": adapters.run,
+    "evals": lambda options: evals.run(options.quick),
     "microvm": microvm.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
@@ -52,7 +56,7 @@ def _parse(argv: list[str] | None) -> tuple[list[str], Options]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", metavar="name", help=f"any of {', '.join(BENCHMARKS)}")
     parser.add_argument("--quick", action="store_true", help="smoke run: fewer samples (< 90 s)")
-    parser.add_argument("--max-desktops", type=int, default=12, help="density: most desktops")
+    parser.add_argument("--max-desktops", type=int, default=40, help="density: most desktops")
     args = parser.parse_args(argv)
     unknown = [name for name in args.names if name not in BENCHMARKS]
     if unknown:
