@@ -28,6 +28,7 @@ from bench import (
     evals,
     grounding,
     live,
+    microvm,
     pointer,
     ray,
     screenshot,
@@ -47,6 +48,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "adapters": adapters.run,
     "evals": lambda options: evals.run(options.quick),
     "ray": ray.run,
+    "microvm": microvm.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"

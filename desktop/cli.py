@@ -8,6 +8,7 @@ cubicle desktop kill ID
 cubicle run "TASK" --model-url URL --model NAME   run the agent on a fresh desktop
 cubicle eval SUITE --model-url URL --model NAME   run a suite of OSWorld-format tasks
 cubicle mcp                        serve MCP on stdin/stdout (for Claude Desktop and the like)
+cubicle image build                build the microVM image (or say it is cached)
 """
 
 from __future__ import annotations
@@ -174,6 +175,18 @@ async def _run(args: argparse.Namespace) -> int:
             await d.kill()
 
 
+async def _image(args: argparse.Namespace) -> int:
+    from desktop.runtime.microvm.image import build_image
+    from desktop.settings import Settings
+
+    settings = Settings(**({"data_dir": Path(args.data_dir)} if args.data_dir else {}))
+    images_dir = settings.images_dir or settings.data_dir / "images"
+    image = await build_image(images_dir, progress=lambda line: print(line, flush=True))
+    print(image.base)
+    print(image.guest)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cubicle", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -196,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     shot.add_argument("--format", choices=["png", "jpeg", "webp"], default="png")
     kill = actions.add_parser("kill", help="stop a desktop")
     kill.add_argument("id")
+
+    image = commands.add_parser("image", help="the microVM runtime's image")
+    image.add_argument("action", choices=["build"], help="build it unless it is cached")
+    image.add_argument("--data-dir", help="where images live (CUBICLE_DATA_DIR)")
 
     run = commands.add_parser("run", help="run the agent on a task, on a fresh desktop")
     run.add_argument("task", help="what to do, in words")
@@ -246,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_run(args))
         if args.command == "mcp":
             return asyncio.run(_mcp(args))
+        if args.command == "image":
+            return asyncio.run(_image(args))
         return asyncio.run(_desktop(args))
     except CubicleError as exc:
         print(f"cubicle: {exc.message}", file=sys.stderr)

@@ -29,11 +29,13 @@ from desktop.models import (
     DesktopStatus,
     NodeInfo,
     PoolInfo,
+    SnapshotInfo,
 )
 from desktop.pool import DesktopKind, PoolHooks, WarmPool
 from desktop.protocol import actions as a
 from desktop.protocol.errors import (
     CapacityReached,
+    Conflict,
     CubicleError,
     DesktopGone,
     DesktopNotFound,
@@ -200,6 +202,7 @@ class SandboxManager:
             disk_mb=request.disk_mb or self.settings.disk_mb,
             max_file_bytes=self.settings.max_upload_bytes,
             node_labels=request.node_labels(),
+            snapshot=request.snapshot,
         )
 
     def _running(self) -> int:
@@ -389,6 +392,19 @@ class SandboxManager:
         result = answer.model(a.ActionsResponse)
         self.events.emit(ActionsRan(desktop_id, tuple(actions), started, source, result))
         return result
+
+    async def snapshot(self, desktop_id: str, name: str) -> SnapshotInfo:
+        """Save a ready desktop as a named snapshot, if its runtime can (microvm)."""
+        self.guest(desktop_id)
+        record = self._record(desktop_id)
+        runtime = self.runtime(record.runtime)
+        take = getattr(runtime, "snapshot", None)
+        if take is None or record.sandbox is None:
+            raise Conflict(
+                f"desktop {desktop_id} runs in the {record.runtime} runtime, which has no "
+                "snapshots: create it with runtime microvm"
+            )
+        return SnapshotInfo(**await take(record.sandbox, name))
 
     def hold(self, desktop_id: str, holder: object) -> None:
         """Keep a ready desktop alive past its idle timeout until `release(…, holder)`."""

@@ -65,6 +65,9 @@ class CreateDesktop(BaseModel):
         }
         return tuple(sorted(text.items()))
 
+    snapshot: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    """Start from this snapshot (`POST /api/desktops/{id}/snapshot`); microvm only."""
+
 
 class DesktopInfo(BaseModel):
     id: str
@@ -177,3 +180,18 @@ class ShareLink(BaseModel):
     url: str
     """The viewer page with the token in it."""
     expires_at: datetime
+
+
+class TakeSnapshot(BaseModel):
+    """Body of `POST /api/desktops/{id}/snapshot`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    """What to call it: 1-64 letters, digits, '.', '_' or '-'."""
+
+
+class SnapshotInfo(BaseModel):
+    name: str
+    parent: str
+    """The desktop it was taken of."""

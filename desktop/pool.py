@@ -47,6 +47,8 @@ class DesktopKind:
     memory_mb: int
     max_pids: int
     disk_mb: int
+    snapshot: str | None = None
+    """A microVM snapshot's name: its desktops are like each other, not like fresh ones."""
 
     @classmethod
     def of(cls, request: CreateDesktop, settings: Settings) -> DesktopKind:
@@ -60,6 +62,7 @@ class DesktopKind:
             memory_mb=request.memory_mb or settings.memory_mb,
             max_pids=request.max_pids or settings.max_pids,
             disk_mb=request.disk_mb or settings.disk_mb,
+            snapshot=request.snapshot,
         )
 
     def request(self) -> CreateDesktop:
@@ -71,6 +74,7 @@ class DesktopKind:
             max_pids=self.max_pids,
             disk_mb=self.disk_mb,
             runtime=self.runtime,
+            snapshot=self.snapshot,
         )
 
 

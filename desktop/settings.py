@@ -24,6 +24,10 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(default_factory=_default_data_dir)
     """Where the token, the database and the desktops' homes live."""
+    images_dir: Path | None = None
+    """Where the microvm runtime keeps its images and templates; `data_dir/images` if unset."""
+    microvm_hang_s: Annotated[float, Field(gt=0)] = 60.0
+    """Seconds a microVM may leave the host's pings unanswered before it counts as hung."""
     host: str = "127.0.0.1"
     port: int = 8000
     token: str | None = None

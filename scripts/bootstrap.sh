@@ -9,9 +9,14 @@ mode=${1:-run}
 
 host_packages=(bubblewrap slirp4netns util-linux procps psmisc python3 python3-venv python3-dev gcc)
 test_packages=(xdotool scrot x11vnc novnc python3-tk)
+# The microvm runtime (CUBICLE_RUNTIME=microvm, and the tests): QEMU, and what builds its image.
+microvm_packages=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs passt)
 
 packages=($(grep -v -e '^#' -e '^$' images/packages.txt) "${host_packages[@]}")
 [ "$mode" = test ] && packages+=("${test_packages[@]}")
+if [ "$mode" = test ] || [ "${CUBICLE_RUNTIME:-local}" = microvm ]; then
+    packages+=("${microvm_packages[@]}")
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -3,4 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
+if [ "${CUBICLE_RUNTIME:-local}" = microvm ]; then
+    # Once per change of images/ or the guest's code; later starts find it cached.
+    .venv/bin/cubicle image build
+fi
 exec .venv/bin/cubicle serve "$@"

@@ -6,6 +6,11 @@ sandboxes with Xvfb and XFCE, and tests talk to them over real sockets.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +24,72 @@ from tests.agent.fake_model import FakeModelServer
 from tests.agent.fake_vendors import FakeVendorServer
 
 Service = ServiceProcess
+
+RUNTIMES = ("local", "microvm")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """In a module that sets `BOTH_RUNTIMES = True`, every test that uses a desktop (the
+    `runtime` fixture, through `desktop` or directly) runs once per runtime; other modules
+    use the service's default, `local`."""
+    if "runtime" in metafunc.fixturenames and getattr(metafunc.module, "BOTH_RUNTIMES", False):
+        local_only = metafunc.definition.get_closest_marker("local_only") is not None
+        runtimes = ("local",) if local_only else RUNTIMES
+        metafunc.parametrize("runtime", runtimes, indirect=True, scope="module")
+
+
+MICROVM_CREATE_TIMEOUT_S = 900
+"""The first microVM desktop of a shape waits for its template: a cold boot under TCG."""
+
+
+MICROVM_TEST_TIMEOUT_S = 1500
+"""pytest-timeout for a microVM test: the first desktop of a shape cold-boots its template
+(minutes under TCG on a busy 2-core host), inside the setup of the test that asks first."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_microvm = callspec is not None and callspec.params.get("runtime") == "microvm"
+        if on_microvm or item.nodeid.startswith("tests/desktop/test_microvm.py"):
+            item.add_marker(pytest.mark.timeout(MICROVM_TEST_TIMEOUT_S))
+
+
+@pytest.fixture(scope="session")
+def images_dir() -> Iterator[Path]:
+    """Where this run keeps microVM images and templates: CUBICLE_TEST_IMAGES_DIR (to reuse
+    them between runs), else a directory of its own, removed after the run, so that a run
+    builds the image it tests."""
+    if given := os.environ.get("CUBICLE_TEST_IMAGES_DIR"):
+        yield Path(given)
+        return
+    path = Path(tempfile.mkdtemp(prefix="cubicle-images-", dir="/var/tmp"))
+    try:
+        yield path
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(path)], check=False)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def microvm_image(images_dir: Path) -> Path:
+    """The microVM image, built once for the run by `cubicle image build` (as users do)."""
+    subprocess.run(
+        [sys.executable, "-m", "desktop.cli", "image", "build"],
+        env={**os.environ, "CUBICLE_IMAGES_DIR": str(images_dir)},
+        check=True,
+        timeout=1200,
+    )
+    return images_dir
+
+
+@pytest.fixture(scope="module")
+def runtime(request: pytest.FixtureRequest) -> str:
+    """The runtime of this module's desktops (see `both_runtimes`)."""
+    name = getattr(request, "param", "local")
+    if name == "microvm":
+        request.getfixturevalue("microvm_image")
+    return name
 
 
 def start_service(
@@ -35,9 +106,9 @@ def stop_service(service: Service) -> None:
 
 
 @pytest.fixture(scope="session")
-def service() -> Iterator[Service]:
+def service(images_dir: Path) -> Iterator[Service]:
     """One service for the whole run, with a 1 MiB upload limit to test the limit."""
-    svc = start_service(CUBICLE_MAX_UPLOAD_MB="1")
+    svc = start_service(CUBICLE_MAX_UPLOAD_MB="1", CUBICLE_IMAGES_DIR=str(images_dir))
     try:
         yield svc
     finally:
@@ -51,19 +122,26 @@ def api(service: Service) -> Iterator[httpx.Client]:
 
 
 def create_desktop(api: httpx.Client, **body) -> dict:
-    response = api.post("/api/desktops", json=body)
+    timeout = MICROVM_CREATE_TIMEOUT_S if body.get("runtime") == "microvm" else None
+    response = api.post("/api/desktops", json=body, **({"timeout": timeout} if timeout else {}))
     assert response.status_code == 201, response.text
     return response.json()
 
 
 @pytest.fixture(scope="module")
-def desktop(api: httpx.Client) -> Iterator[dict]:
-    """A desktop shared by the tests of one module."""
-    info = create_desktop(api)
+def desktop(api: httpx.Client, runtime: str) -> Iterator[dict]:
+    """A desktop shared by the tests of one module, in the module's runtime."""
+    info = create_desktop(api, runtime=runtime)
     try:
         yield info
     finally:
         api.delete(f"/api/desktops/{info['id']}")
+
+
+def patience(desktop: dict, seconds: float) -> float:
+    """How long to wait for a program to start or draw on this desktop: a microVM here
+    emulates its CPU (TCG, no usable KVM), so programs start several times slower in it."""
+    return seconds * (8 if desktop.get("runtime") == "microvm" else 1)
 
 
 def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.05, what: str = ""):

@@ -17,7 +17,7 @@ from starlette.background import BackgroundTask
 
 from desktop.api.deps import GuestDep, ManagerDep, SettingsDep
 from desktop.guest_client import GuestAnswer
-from desktop.models import CreateDesktop, DesktopInfo, SetTimeout
+from desktop.models import CreateDesktop, DesktopInfo, SetTimeout, SnapshotInfo, TakeSnapshot
 from desktop.protocol import actions as a
 from desktop.protocol.errors import PayloadTooLarge
 from desktop.protocol.models import (
@@ -88,6 +88,12 @@ async def kill_desktop(desktop_id: str, manager: ManagerDep) -> Response:
 async def set_timeout(desktop_id: str, body: SetTimeout, manager: ManagerDep) -> DesktopInfo:
     """Set the idle timeout, counted from now."""
     return manager.extend(desktop_id, body.timeout_s)
+
+
+@router.post("/{desktop_id}/snapshot", status_code=201)
+async def take_snapshot(desktop_id: str, body: TakeSnapshot, manager: ManagerDep) -> SnapshotInfo:
+    """Save the desktop as it is; `POST /api/desktops {"snapshot": name}` starts copies."""
+    return await manager.snapshot(desktop_id, body.name)
 
 
 @router.post("/{desktop_id}/actions", response_model=a.ActionsResponse)

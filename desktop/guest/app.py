@@ -12,6 +12,7 @@ import asyncio
 import functools
 import hmac
 import logging
+from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 from starlette.applications import Starlette
@@ -74,14 +75,35 @@ async def _on_error(_: Request, exc: Exception) -> Response:
 class RequireSecret:
     """ASGI middleware: answer 401 unless the request carries `Bearer <secret>`."""
 
-    def __init__(self, app: ASGIApp, secret: str) -> None:
+    def __init__(self, app: ASGIApp, secret: str, secret_file: Path | None = None) -> None:
         self.app = app
         self._expected = f"Bearer {secret}".encode()
+        self._file = secret_file
+        self._file_stamp = self._stamp()
+
+    def _stamp(self) -> int | None:
+        try:
+            return self._file.stat().st_mtime_ns if self._file else None
+        except OSError:
+            return None
+
+    def _renewed(self) -> bool:
+        """Whether the runtime wrote a new secret (a microVM restored from a snapshot gets
+        one); if so, it is the one to check from now on."""
+        stamp = self._stamp()
+        if self._file is None or stamp == self._file_stamp:
+            return False
+        self._file_stamp = stamp
+        secret = self._file.read_text().strip()
+        self._expected = f"Bearer {secret}".encode()
+        return bool(secret)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-            if not hmac.compare_digest(given, self._expected):
+            if not hmac.compare_digest(given, self._expected) and not (
+                self._renewed() and hmac.compare_digest(given, self._expected)
+            ):
                 refused = error_answer(AuthError("this desktop answers its runtime only"))
                 await refused(scope, receive, send)
                 return
@@ -237,7 +259,9 @@ class GuestRoutes:
         return answer(await self.alive().system.launch(launch.app, launch.args))
 
 
-def create_app(guest: Guest, *, secret: str | None = None) -> ASGIApp:
+def create_app(
+    guest: Guest, *, secret: str | None = None, secret_file: Path | None = None
+) -> ASGIApp:
     """The guest protocol's ASGI app for `guest`; with `secret`, for its holder only."""
     api = GuestRoutes(guest)
     routes = [
@@ -266,4 +290,4 @@ def create_app(guest: Guest, *, secret: str | None = None) -> ASGIApp:
             Exception: _on_error,
         },
     )
-    return RequireSecret(app, secret) if secret else app
+    return RequireSecret(app, secret, secret_file) if secret else app

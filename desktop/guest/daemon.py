@@ -136,7 +136,11 @@ async def serve(args: argparse.Namespace) -> int:
     listen: Listen = args.listen
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(guest, secret=secret),
+            create_app(
+                guest,
+                secret=secret,
+                secret_file=Path(args.secret_file) if args.secret_file else None,
+            ),
             uds=listen.uds,
             host=listen.host or "127.0.0.1",
             port=listen.port or 0,

@@ -27,7 +27,18 @@ def _ray(settings: Settings) -> Runtime:
     return RayRuntime(settings)
 
 
-RUNTIMES: dict[str, RuntimeFactory] = {"local": _local, "ray": _ray}
+def _microvm(settings: Settings) -> Runtime:
+    from desktop.runtime.microvm.runtime import MicroVmRuntime
+
+    return MicroVmRuntime(
+        settings.data_dir,
+        images_dir=settings.images_dir,
+        max_sandboxes=settings.max_desktops,
+        hang_s=settings.microvm_hang_s,
+    )
+
+
+RUNTIMES: dict[str, RuntimeFactory] = {"local": _local, "microvm": _microvm, "ray": _ray}
 """Runtime name → its factory."""
 
 

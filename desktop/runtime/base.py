@@ -46,6 +46,8 @@ class SandboxSpec:
     node_labels: tuple[tuple[str, str], ...] = ()
     """Labels the node that holds the desktop must carry (runtimes that place desktops on
     a cluster's nodes honour them)."""
+    snapshot: str | None = None
+    """Start from this named snapshot instead of a fresh desktop (runtimes that have them)."""
 
 
 @dataclass(frozen=True)

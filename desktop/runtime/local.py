@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 import desktop
 from desktop.guest_client import GuestEndpoint
-from desktop.protocol.errors import CapacityReached, SandboxStartError
+from desktop.protocol.errors import CapacityReached, InvalidRequest, SandboxStartError
 from desktop.protocol.models import GuestEvent
 from desktop.runtime import cgroups, priority
 from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
@@ -349,6 +349,10 @@ class LocalRuntime(Runtime):
         raise CapacityReached(f"all {UID_SLOTS} sandbox user ids on this host are in use")
 
     async def start(self, spec: SandboxSpec) -> Sandbox:
+        if spec.snapshot is not None:
+            raise InvalidRequest(
+                "the local runtime has no snapshots: create it with runtime microvm"
+            )
         if self._running >= self.max_sandboxes:
             raise CapacityReached(
                 f"all {self.max_sandboxes} desktop slots are in use: kill a desktop first"

@@ -12,6 +12,8 @@ from PIL import Image
 
 from tests.conftest import create_desktop, wait_until
 
+BOTH_RUNTIMES = True
+
 
 def test_every_api_route_needs_the_token(service, desktop):
     for method, path in [

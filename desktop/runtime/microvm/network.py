@@ -1,0 +1,83 @@
+"""A microVM's network when it asks for one (`network: true`): who carries its packets.
+
+The VM has a virtio-net device whose backend is an `Egress`: something that starts beside
+QEMU and hands it the `-netdev net` arguments. The one here is passt, a user-mode network
+stack in a process of its own (no privileges, no tap device): the guest reaches what the
+host's own processes reach, but not the host's loopback (`--no-map-gw`: the gateway
+address is not the host), like the local runtime's slirp4netns. A stricter egress policy
+(allow lists, a proxy) plugs in as another `Egress`.
+
+The guest's side is fixed, so that templates and forks agree: 10.0.2.15/24, gateway
+10.0.2.2, DNS 10.0.2.3 (forwarded to the host's resolver).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+from pathlib import Path
+from typing import Protocol
+
+from desktop.protocol.errors import SandboxStartError
+
+GUEST_ADDRESS = "10.0.2.15"
+GATEWAY = "10.0.2.2"
+DNS = "10.0.2.3"
+
+
+class Egress(Protocol):
+    async def start(self, directory: Path) -> tuple[tuple[str, ...], int]:
+        """Start the backend; return QEMU's `-netdev` arguments for a netdev named `net`
+        and a descriptor QEMU must inherit for them (the caller closes it once passed)."""
+        ...
+
+    async def stop(self) -> None:
+        """End the backend; idempotent."""
+        ...
+
+
+class PasstEgress:
+    """passt for this VM alone, joined to QEMU by a socket pair (no path to reach it)."""
+
+    def __init__(self) -> None:
+        self._process: asyncio.subprocess.Process | None = None
+
+    async def start(self, directory: Path) -> tuple[tuple[str, ...], int]:
+        if shutil.which("passt") is None:
+            raise SandboxStartError(
+                "network: true in a microVM needs passt: run "
+                "`CUBICLE_RUNTIME=microvm scripts/bootstrap.sh`"
+            )
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                "setpriv", "--pdeathsig", "KILL", "--",
+                "passt", "--foreground", "--quiet", "--one-off", "--ipv4-only",
+                "--fd", str(ours.fileno()),
+                "--address", GUEST_ADDRESS, "--netmask", "24", "--gateway", GATEWAY,
+                "--no-map-gw", "--dns", DNS, "--dns-forward", DNS,
+                "--tcp-ports", "none", "--udp-ports", "none",
+                pass_fds=(ours.fileno(),),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+        except BaseException:
+            theirs.close()
+            raise
+        finally:
+            ours.close()
+        fd = theirs.detach()
+        return ("-netdev", f"stream,id=net,server=off,addr.type=fd,addr.str={fd}"), fd
+
+    async def stop(self) -> None:
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+            await self._process.wait()
+
+
+DETACHED = ("-netdev", "user,id=net,restrict=on")
+"""A backend for a VM that never runs (a snapshot being converted): no traffic at all."""
