@@ -35,7 +35,6 @@ from desktop.pool import DesktopKind, PoolHooks, WarmPool
 from desktop.protocol import actions as a
 from desktop.protocol.errors import (
     CapacityReached,
-    Conflict,
     CubicleError,
     DesktopGone,
     DesktopNotFound,
@@ -397,14 +396,8 @@ class SandboxManager:
         """Save a ready desktop as a named snapshot, if its runtime can (microvm)."""
         self.guest(desktop_id)
         record = self._record(desktop_id)
-        runtime = self.runtime(record.runtime)
-        take = getattr(runtime, "snapshot", None)
-        if take is None or record.sandbox is None:
-            raise Conflict(
-                f"desktop {desktop_id} runs in the {record.runtime} runtime, which has no "
-                "snapshots: create it with runtime microvm"
-            )
-        return SnapshotInfo(**await take(record.sandbox, name))
+        assert record.sandbox is not None  # a ready desktop has one
+        return await self.runtime(record.runtime).snapshot(record.sandbox, name)
 
     def hold(self, desktop_id: str, holder: object) -> None:
         """Keep a ready desktop alive past its idle timeout until `release(…, holder)`."""

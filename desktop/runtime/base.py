@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from desktop.guest_client import GuestEndpoint
+from desktop.models import SnapshotInfo
+from desktop.protocol.errors import Conflict
 from desktop.protocol.models import GuestEvent
 
 
@@ -112,6 +114,13 @@ class Runtime(abc.ABC):
     async def recover(self) -> list[Found]:
         """Sandboxes an earlier service left running (detached ones), to be managed again."""
         return []
+
+    async def snapshot(self, sandbox: Sandbox, name: str) -> SnapshotInfo:
+        """Save a running sandbox as snapshot `name`; `Conflict` where the runtime has none."""
+        raise Conflict(
+            f"desktop {sandbox.id} runs in the {self.name} runtime, which has no snapshots: "
+            "create it with runtime microvm"
+        )
 
     async def close(self) -> None:  # noqa: B027 - most runtimes hold nothing of their own
         """Release what the runtime itself holds (not its sandboxes); idempotent."""

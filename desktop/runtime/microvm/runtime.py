@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from desktop.guest_client import GuestEndpoint
+from desktop.models import SnapshotInfo
 from desktop.protocol.errors import CapacityReached, Conflict, CubicleError, InvalidRequest
 from desktop.protocol.models import GuestEvent
 from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
@@ -192,7 +193,7 @@ class MicroVmRuntime(Runtime):
         vm.on_stop(release)
         return sandbox
 
-    async def snapshot(self, sandbox: Sandbox, name: str) -> dict:
+    async def snapshot(self, sandbox: Sandbox, name: str) -> SnapshotInfo:
         """Save a running desktop as snapshot `name` (it goes on running)."""
         if not isinstance(sandbox, MicroVmSandbox):
             raise Conflict("only microvm desktops can be snapshotted")
@@ -202,7 +203,7 @@ class MicroVmRuntime(Runtime):
             )
         image = await self.prepare()
         saved = await save_snapshot(sandbox.vm, image, self.snapshots_dir, self.run_dir, name)
-        return {"name": saved.name, "parent": sandbox.id}
+        return SnapshotInfo(name=saved.name, parent=sandbox.id)
 
     async def close(self) -> None:
         await asyncio.gather(*(s.stop() for s in list(self._sandboxes)))
