@@ -266,7 +266,7 @@ class SandboxManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         if record.client is not None:
-            await record.client.close()
+            await record.client.close(f"desktop {record.spec.id} is {status}: {reason}")
         if record.sandbox is not None:
             await record.sandbox.stop()
         self.events.emit(DesktopEnded(record.spec.id, status, reason))

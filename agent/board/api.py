@@ -83,7 +83,15 @@ async def add_task(task: NewTask, board: BoardDep) -> Task:
     return (await board.add([task]))[0]
 
 
-@router.post("/api/tasks/batch", status_code=201)
+_BATCH_SCHEMA = NewTasks.model_json_schema(ref_template="#/components/schemas/{model}")
+_BATCH_SCHEMA.pop("$defs", None)  # NewTask is a component of its own (POST /api/tasks)
+_BATCH_BODY = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": _BATCH_SCHEMA}}}
+}
+"""The body the batch route reads by itself (so its size is checked before parsing)."""
+
+
+@router.post("/api/tasks/batch", status_code=201, openapi_extra=_BATCH_BODY)
 async def add_tasks(request: Request, board: BoardDep) -> dict[str, Any]:
     """Queue up to 10,000 tasks at once, in order: `{"tasks": [{"text": …}, …]}`.
     Answers how many were added (and the tasks themselves when there are at most 100)."""

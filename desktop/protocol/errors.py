@@ -17,6 +17,9 @@
     │   ├── DesktopStarting       still booting (409)
     │   └── DesktopGone           failed or stopped; `reason` says why (410)
     ├── CapacityReached           no room for another desktop (429)
+    ├── Busy                      too many slow calls wait on this desktop: retry later (429,
+    │                             with `Retry-After`)
+    ├── StorageFull               the disk that holds the data is full (507)
     ├── AuthError                 missing or wrong token (401)
     │   └── Forbidden             a valid token that does not allow this call (403)
     ├── ServiceUnreachable        the SDK could not reach the Cubicle service (no HTTP status)
@@ -112,6 +115,25 @@ class CapacityReached(CubicleError):
     code = "capacity_reached"
 
 
+class Busy(CubicleError):
+    """Too many slow calls (screenshots, files, a11y) already wait on one desktop.
+
+    Answered at once with `Retry-After` rather than queued: a client that waits behind a
+    queue it cannot see gets a later answer, and everyone else's calls wait too.
+    """
+
+    code = "busy"
+    retry_after_s = 1
+    """Seconds a client should wait before trying again (`Retry-After`)."""
+
+
+class StorageFull(CubicleError):
+    """The disk the service or a desktop writes to has no room left; nothing half-written
+    was kept."""
+
+    code = "storage_full"
+
+
 class AuthError(CubicleError):
     code = "unauthorized"
 
@@ -173,6 +195,8 @@ STATUS: dict[type[CubicleError], int] = {
     DesktopGone: 410,
     DesktopUnavailable: 409,
     CapacityReached: 429,
+    Busy: 429,
+    StorageFull: 507,
     AuthError: 401,
     Forbidden: 403,
     GuestUnreachable: 502,
