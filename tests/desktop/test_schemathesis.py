@@ -1,15 +1,17 @@
 """Schemathesis, a fuzzer nobody here wrote, against a live service with real desktops.
 
-It reads the service's own `/openapi.json`, generates requests for every operation (the
-coverage phase's boundary values, random fuzzing, and stateful sequences that follow the
-document's links from `POST /api/desktops` and `POST /api/tasks`, so that ids are real),
+It reads the service's own `/openapi.json`, generates requests for every operation (random
+fuzzing, and stateful sequences that follow the document's links from `POST /api/desktops`
+and `POST /api/tasks`, so that ids are real),
 and checks that no answer is a 5xx and that every answer matches the schema the document
 states. The run is bounded in examples per operation, in seconds, and in desktops (two at
 most, so creates beyond that answer 429). The task board's default profile is the scripted
 model, so queued tasks can really run (and fail quickly on its unscripted 418).
 
 Two operations are left out because they never end by design: `GET …/mjpeg` and
-`GET /api/tasks/events` are live streams.
+`GET /api/tasks/events` are live streams. The coverage phase (every boundary value of every
+field: ~3,000 requests, 1–6 minutes here) is left to a longer run by hand, as in
+docs/robustness.md.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from tests.agent.board_api import set_board, use_fake_model
 from tests.agent.fake_model import FakeModelServer
 from tests.conftest import start_service, stop_service
 
-MAX_EXAMPLES = 12
-"""Generated cases per operation and phase."""
+MAX_EXAMPLES = 15
+"""Generated cases per operation (fuzzing) and per scenario (stateful)."""
 RUN_TIMEOUT_S = 360
-"""The whole Schemathesis run's bound; it takes 2–3 minutes on a busy 2-core machine."""
+"""The whole Schemathesis run's bound; it takes 1–2 minutes on a busy 2-core machine."""
 STREAMS = r"(/mjpeg|/tasks/events)$"
 
 
@@ -57,7 +59,7 @@ def test_schemathesis_finds_no_server_error_and_no_answer_off_the_schema(
                 "--checks",
                 "not_a_server_error,response_schema_conformance",
                 "--phases",
-                "coverage,fuzzing,stateful",
+                "fuzzing,stateful",
                 "--max-examples",
                 str(MAX_EXAMPLES),
                 "--request-timeout",
