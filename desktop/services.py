@@ -48,7 +48,9 @@ class Room(Protocol):
     routers: Sequence[APIRouter]
     """Included as they are: each router declares the auth its routes need."""
 
-    async def start(self, services: Services) -> None: ...
+    async def start(self, services: Services) -> None:
+        """Start what the room runs; register what its routes need with `services.add`."""
+        ...
 
     async def stop(self) -> None: ...
 
