@@ -30,6 +30,7 @@ from desktop.protocol.errors import (
     DesktopStarting,
     SandboxStartError,
 )
+from desktop.protocol.lanes import Lane, desktop_lanes
 from desktop.protocol.models import Screen
 from desktop.runtime import Runtime, Sandbox, SandboxSpec, make_runtime
 from desktop.settings import Settings
@@ -56,6 +57,8 @@ class _Desktop:
     sandbox: Sandbox | None = None
     client: GuestClient | None = None
     watcher: asyncio.Task | None = None
+    lanes: dict[str, Lane] = field(default_factory=desktop_lanes)
+    """Bounded lines for the desktop's slow calls (`desktop.protocol.lanes`)."""
 
     def info(self) -> DesktopInfo:
         expires = None
@@ -297,6 +300,10 @@ class SandboxManager:
             raise DesktopGone(f"desktop {desktop_id} is {record.status}: {record.reason}")
         record.last_used = time.monotonic()
         return record.client
+
+    def lane(self, desktop_id: str, kind: str) -> Lane:
+        """The desktop's lane for a slow kind of call: `screenshot`, `files` or `a11y`."""
+        return self._record(desktop_id).lanes[kind]
 
     async def run_actions(
         self, desktop_id: str, actions: Sequence[a.Action], *, source: ActionSource

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from desktop.guest import session as desktop_session
+from desktop.protocol.lanes import desktop_lanes
 
 if TYPE_CHECKING:
     from Xlib.display import Display
@@ -50,6 +51,8 @@ class Guest:
         self.system = System(home, session.env, max_file_bytes)
         self.video = VideoSource(session.display)
         """Live H.264 of the screen; its thread runs only while someone reads `/frames`."""
+        self.lanes = desktop_lanes()
+        """Bounded lines for slow calls (screenshots, files, a11y): past them, `Busy`."""
 
     async def on_x(self, fn, *args):
         """Run a blocking function that uses `display` on the X thread."""
