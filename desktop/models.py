@@ -67,7 +67,8 @@ class SetTimeout(BaseModel):
 # --- live view: recordings and share links ----------------------------------------------
 
 ActionSource = Literal["api", "viewer"]
-RecordingStatus = Literal["recording", "finished", "failed"]
+RecordingStatus = Literal["recording", "finished", "failed", "interrupted"]
+"""`interrupted`: the service stopped while recording; the video holds what was written."""
 
 
 class ActionEntry(BaseModel):

@@ -27,7 +27,7 @@ from streaming.control import Control, ControlState, Transport, Viewer
 from streaming.guest_source import GuestFrames
 from streaming.hub import FrameHub, HubStats
 from streaming.mjpeg import JpegFeed
-from streaming.recording import Recorder, read_log
+from streaming.recording import Recorder, read_log, recover_interrupted
 from streaming.source import VideoStats
 from streaming.webrtc import WebRtcViewer
 
@@ -202,6 +202,8 @@ class LiveDesktops:
             logging.getLogger("aioice").setLevel(logging.WARNING)
         self._manager = services.manager
         self.recordings = services.settings.data_dir / "recordings"
+        for info in await asyncio.to_thread(recover_interrupted, self.recordings):
+            log.warning("recording %s of desktop %s: %s", info.id, info.desktop_id, info.reason)
         self._unsubscribe = services.manager.events.subscribe(self._on_event)
         services.add(self)
 

@@ -8,7 +8,11 @@ video as long as the recording. Every action run on the desktop while it records
 the API or from a viewer) is logged with its offset into the video.
 
 Files, in the recordings directory of the desktop: `<id>.mp4.part` while recording, then
-`<id>.mp4` and `<id>.json` (the `ActionLog`).
+`<id>.mp4` and `<id>.json` (the `ActionLog`). The MP4 is fragmented (a fragment at least
+every second) and the log is saved about once a second while recording, so a service killed
+mid-recording leaves a video that plays up to its last fragment and the actions logged until
+then: the next start of the service (`recover_interrupted`) finishes such files as
+`interrupted`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -35,13 +40,23 @@ FIRST_FRAME_TIMEOUT_S = 5.0
 _MICROSECONDS = Fraction(1, 1_000_000)
 _MIN_LAST_US = 33_333
 """Shortest duration given to the last frame: one frame at 30 fps."""
+_FRAGMENTED = {
+    # moov first (once the first frame gave the codec's parameters), then a fragment per
+    # keyframe or per second: what was written plays even if the file is never closed.
+    "movflags": "+frag_keyframe+empty_moov+delay_moov+default_base_moof",
+    "frag_duration": "1000000",
+    "flush_packets": "1",
+}
+_CHECKPOINT_S = 1.0
+"""Seconds between two saves of a running recording's log."""
+INTERRUPTED = "the service stopped while recording: the video ends at its last second written"
 
 
 class _Mp4Writer:
     """An MP4 file being written from Annex-B H.264 access units; blocking, use in a thread."""
 
     def __init__(self, path: Path, width: int, height: int) -> None:
-        self._container = av.open(str(path), "w", format="mp4", options={"movflags": "+faststart"})
+        self._container = av.open(str(path), "w", format="mp4", options=_FRAGMENTED)
         self._stream = self._container.add_stream("h264")
         self._stream.width, self._stream.height = width, height
         self._stream.time_base = _MICROSECONDS
@@ -79,6 +94,8 @@ class Recorder:
         self._pending_at = 0
         """Hub-clock microseconds from which the pending frame shows."""
         self._first = asyncio.Event()
+        self._saved = (-1, 0.0)
+        """(actions, `time.monotonic()`) at the last save of the log while recording."""
         self._task: asyncio.Task | None = None
         self._stopping: asyncio.Task | None = None
         self._subscription: Subscription | None = None
@@ -145,9 +162,21 @@ class Recorder:
             subscription.close()
 
     async def _write(self, frame: EncodedFrame, start_us: int, end_us: int) -> None:
-        """Write a frame shown from `start_us` to `end_us` (hub clock)."""
+        """Write a frame shown from `start_us` to `end_us` (hub clock), and about once a
+        second the log so far."""
         assert self._writer is not None and self._t0 is not None
-        await asyncio.to_thread(self._writer.write, frame, start_us - self._t0, end_us - start_us)
+        writer, t0 = self._writer, self._t0
+        log = None
+        if self._saved[0] != len(self._entries) and time.monotonic() - self._saved[1] > 1:
+            self._saved = (len(self._entries), time.monotonic())
+            log = self.action_log().model_dump_json(indent=1)
+
+        def write() -> None:
+            writer.write(frame, start_us - t0, end_us - start_us)
+            if log is not None:
+                self.log_path.write_text(log)
+
+        await asyncio.to_thread(write)
         self._info.frames += 1
 
     async def stop(self) -> RecordingInfo:
@@ -194,6 +223,48 @@ class Recorder:
             await self._write(self._pending, self._pending_at, end)
         await asyncio.to_thread(self._writer.close)
         self._info.duration_ms = (end - self._t0) / 1000
+
+
+def recover_interrupted(root: Path) -> list[RecordingInfo]:
+    """Finish the recordings a killed service left under `root` (one folder per desktop):
+    each `.mp4.part` that plays becomes its `.mp4`, `interrupted`; blocking, use a thread."""
+    recovered = []
+    for part in sorted(root.glob("*/*.mp4.part")):
+        recording_id = part.name.removesuffix(".mp4.part")
+        log_path = part.with_name(f"{recording_id}.json")
+        try:
+            log = read_log(log_path)
+        except (OSError, ValueError):
+            started = datetime.fromtimestamp(part.stat().st_ctime, UTC)
+            info = RecordingInfo(
+                id=recording_id, desktop_id=part.parent.name, status="recording", started_at=started
+            )
+            log = ActionLog(recording=info, actions=[])
+        info = log.recording.model_copy(
+            update={"stopped_at": datetime.fromtimestamp(part.stat().st_mtime, UTC)}
+        )
+        try:
+            with av.open(str(part)) as container:
+                stream = container.streams.video[0]
+                frames = sum(1 for packet in container.demux(stream) if packet.size)
+                duration = stream.duration and float(stream.duration * stream.time_base)
+                info.width, info.height = stream.width, stream.height
+        except (av.FFmpegError, IndexError, OSError) as exc:
+            frames, duration = 0, None
+            info.reason = f"{INTERRUPTED}; nothing of the video could be read ({exc})"
+        if frames:
+            video = part.with_name(f"{recording_id}.mp4")
+            part.rename(video)
+            info.status, info.reason, info.frames = "interrupted", INTERRUPTED, frames
+            info.bytes = video.stat().st_size
+            info.duration_ms = duration * 1000 if duration else None
+        else:
+            info.status = "failed"
+            part.unlink(missing_ok=True)
+        finished = ActionLog(recording=info, actions=log.actions)
+        log_path.write_text(finished.model_dump_json(indent=1))
+        recovered.append(info)
+    return recovered
 
 
 def read_log(path: Path) -> ActionLog:
