@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import time
 import uuid
@@ -29,6 +30,7 @@ from desktop.protocol.errors import (
     DesktopNotFound,
     DesktopStarting,
     SandboxStartError,
+    StorageFull,
 )
 from desktop.protocol.lanes import Lane, desktop_lanes
 from desktop.protocol.models import Screen
@@ -57,6 +59,8 @@ class _Desktop:
     sandbox: Sandbox | None = None
     client: GuestClient | None = None
     watcher: asyncio.Task | None = None
+    degraded: str | None = None
+    """The guest's last `degraded` report: what broke inside and what it did about it."""
     lanes: dict[str, Lane] = field(default_factory=desktop_lanes)
     """Bounded lines for the desktop's slow calls (`desktop.protocol.lanes`)."""
 
@@ -74,6 +78,7 @@ class _Desktop:
             timeout_s=self.timeout_s,
             expires_at=expires,
             reason=self.reason,
+            degraded=self.degraded,
             startup_ms=self.startup_ms,
             from_pool=self.from_pool,
             runtime=self.runtime,
@@ -178,6 +183,13 @@ class SandboxManager:
             reason = str(exc) if isinstance(exc, SandboxStartError) else None
             if isinstance(exc, TimeoutError):
                 reason = f"the desktop was not drawn within {self.settings.start_timeout_s:.0f} s"
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                if record.sandbox is not None:
+                    await record.sandbox.stop()
+                raise StorageFull(
+                    f"desktop {spec.id} did not start: the disk of {self.settings.data_dir} "
+                    "is full; free some space and try again"
+                ) from exc
             if record.sandbox is not None:
                 await record.sandbox.stop()
             if reason is not None:
@@ -250,8 +262,10 @@ class SandboxManager:
     async def _watch(self, record: _Desktop) -> None:
         """Drain the guest's events and mark the desktop failed when its sandbox ends."""
         assert record.sandbox is not None
-        async for _ in record.sandbox.events():
-            pass
+        async for event in record.sandbox.events():
+            if event.event == "degraded":
+                log.warning("desktop %s degraded: %s", record.spec.id, event.reason)
+                record.degraded = event.reason
         reason = await record.sandbox.wait()
         if record.status == "ready":
             log.warning("desktop %s failed: %s", record.spec.id, reason)

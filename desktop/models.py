@@ -51,6 +51,9 @@ class DesktopInfo(BaseModel):
     """When the desktop stops if nothing touches it."""
     reason: str | None = None
     """Why the desktop failed or stopped."""
+    degraded: str | None = None
+    """What last went wrong inside the running desktop and what was done about it (e.g.
+    `xfwm4 exited with status -9: started it again`); None while nothing did."""
     startup_ms: float | None = None
     """Milliseconds the desktop took from start to drawn."""
     from_pool: bool = False
