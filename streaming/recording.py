@@ -47,8 +47,9 @@ _FRAGMENTED = {
     "frag_duration": "1000000",
     "flush_packets": "1",
 }
-_CHECKPOINT_S = 1.0
-"""Seconds between two saves of a running recording's log."""
+_STILL_S = 2.0
+"""Seconds without a frame after which a recording asks for a keyframe, so that the last
+fragment reaches the disk (a still screen costs a keyframe every 2 s)."""
 INTERRUPTED = "the service stopped while recording: the video ends at its last second written"
 
 
@@ -144,8 +145,19 @@ class Recorder:
 
     async def _run(self, subscription: Subscription) -> None:
         assert self._t0 is not None
+        frames = aiter(subscription)
         try:
-            async for frame in subscription:
+            while True:
+                try:
+                    frame = await asyncio.wait_for(anext(frames), _STILL_S)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    # A still screen sends nothing, and a fragment is cut only when a frame
+                    # comes: a keyframe now puts what was recorded so far safely on disk.
+                    if self._writer is not None:
+                        self._hub.request_keyframe()
+                    continue
                 if self._writer is None:
                     self._writer = await asyncio.to_thread(
                         _Mp4Writer, self._part, frame.width, frame.height
