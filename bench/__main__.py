@@ -18,7 +18,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import agent_step, board, click, create, density, grounding, live, load, screenshot
+from bench import (
+    agent_step,
+    board,
+    click,
+    create,
+    density,
+    grounding,
+    live,
+    load,
+    screenshot,
+    soak,
+)
 from bench._run import Options, machine, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Any]] = {
@@ -31,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "live": lambda options: live.run(options.quick),
     "board": board.run,
     "load": load.run,
+    "soak": soak.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -41,11 +53,12 @@ def _parse(argv: list[str] | None) -> tuple[list[str], Options]:
     parser.add_argument("names", nargs="*", metavar="name", help=f"any of {', '.join(BENCHMARKS)}")
     parser.add_argument("--quick", action="store_true", help="smoke run: fewer samples (< 90 s)")
     parser.add_argument("--max-desktops", type=int, default=12, help="density: most desktops")
+    parser.add_argument("--soak-seconds", type=float, default=None, help="soak: how long")
     args = parser.parse_args(argv)
     unknown = [name for name in args.names if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark {', '.join(unknown)}: pick from {', '.join(BENCHMARKS)}")
-    return args.names or list(BENCHMARKS), Options(args.quick, args.max_desktops)
+    return args.names or list(BENCHMARKS), Options(args.quick, args.max_desktops, args.soak_seconds)
 
 
 def _run_one(name: str, options: Options) -> tuple[dict[str, Any], bool]:
