@@ -18,10 +18,12 @@ from desktop.protocol.errors import Busy
 class Lane:
     """At most `running` calls at once; at most `waiting` more wait; others get `Busy`."""
 
-    def __init__(self, name: str, *, running: int, waiting: int) -> None:
+    def __init__(self, name: str, *, running: int, waiting: int, max_wait_s: float) -> None:
         self.name = name
         self.running = running
         self.waiting = waiting
+        self.max_wait_s = max_wait_s
+        """Longest a call waits for its turn before it hears `Busy` after all."""
         self._slots = asyncio.Semaphore(running)
         self._waiters = 0
         self.refused = 0
@@ -31,14 +33,13 @@ class Lane:
     async def slot(self) -> AsyncIterator[None]:
         """Hold one of the lane's slots for the body of the `async with`."""
         if self._slots.locked() and self._waiters >= self.waiting:
-            self.refused += 1
-            raise Busy(
-                f"{self.running} {self.name} calls run and {self._waiters} wait on this "
-                f"desktop: retry in {Busy.retry_after_s} s"
-            )
+            raise self._busy(f"{self._waiters} wait")
         self._waiters += 1
         try:
-            await self._slots.acquire()
+            async with asyncio.timeout(self.max_wait_s):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise self._busy(f"this one waited {self.max_wait_s:g} s") from None
         finally:
             self._waiters -= 1
         try:
@@ -46,22 +47,30 @@ class Lane:
         finally:
             self._slots.release()
 
+    def _busy(self, waiting: str) -> Busy:
+        self.refused += 1
+        return Busy(
+            f"{self.running} {self.name} calls run on this desktop and {waiting}: "
+            f"retry in {Busy.retry_after_s} s"
+        )
 
-LANES: dict[str, tuple[int, int]] = {
-    "screenshot": (2, 16),
-    "files": (2, 8),
-    "a11y": (1, 4),
+
+LANES: dict[str, tuple[int, int, float]] = {
+    "screenshot": (2, 16, 2.0),
+    "files": (2, 8, 10.0),
+    "a11y": (1, 4, 10.0),
 }
-"""Each slow kind of call: (how many run at once, how many more may wait), per desktop.
+"""Each slow kind of call, per desktop: (how many run at once, how many more may wait, the
+longest one waits in seconds).
 
-Sixteen screenshots may wait on one desktop: a dozen agents looking at the same desktop
-still get their pictures in turn; more than that is a client that does not wait for its
-answers, and it hears `Busy`."""
+Sixteen screenshots may wait on one desktop, two seconds at most: a dozen agents looking at
+the same desktop still get their pictures in turn; more than that, or a desktop too slow to
+keep up, and callers hear `Busy` rather than wait ever longer."""
 
 
 def desktop_lanes() -> dict[str, Lane]:
     """A fresh set of lanes for one desktop."""
     return {
-        kind: Lane(kind, running=running, waiting=waiting)
-        for kind, (running, waiting) in LANES.items()
+        kind: Lane(kind, running=running, waiting=waiting, max_wait_s=wait_s)
+        for kind, (running, waiting, wait_s) in LANES.items()
     }

@@ -15,7 +15,7 @@ async def test_a_flood_of_screenshots_gets_429_with_retry_after_and_the_cursor_s
 ):
     base = f"/api/desktops/{desktop['id']}"
     headers = {"Authorization": f"Bearer {service.token}"}
-    running, waiting = LANES["screenshot"]
+    running, waiting, _ = LANES["screenshot"]
     flood = 4 * (running + waiting)
     limits = httpx.Limits(max_connections=flood + 8)
     async with httpx.AsyncClient(
