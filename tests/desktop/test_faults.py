@@ -14,6 +14,8 @@ import signal
 import sqlite3
 import subprocess
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -151,3 +153,18 @@ def test_a_full_data_disk_gives_clear_errors_and_keeps_the_database_whole(
             stop_service(service)
         subprocess.run(["umount", "-l", mount], check=False)
         mount.rmdir()
+
+
+def test_a_call_cut_short_by_the_desktops_deletion_answers_410_with_the_reason(
+    api: httpx.Client,
+):
+    desktop = create_desktop(api)
+    base = f"/api/desktops/{desktop['id']}"
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(api.post, f"{base}/actions", json={"type": "wait", "ms": 20_000})
+        time.sleep(1.0)  # the wait runs in the guest now
+        assert api.delete(base).status_code == 204
+        cut = waiting.result(timeout=30)
+    assert cut.status_code == 410, cut.text
+    body = cut.json()
+    assert body["error"] == "desktop_gone" and "killed through the API" in body["detail"]
