@@ -7,6 +7,7 @@ import asyncio
 
 import httpx
 
+from desktop import AsyncDesktop
 from desktop.protocol.lanes import LANES
 
 
@@ -41,3 +42,15 @@ async def test_a_flood_of_screenshots_gets_429_with_retry_after_and_the_cursor_s
     for answer in pictures:
         if answer.status_code == 200:
             assert answer.content.startswith(b"\x89PNG")
+
+
+async def test_the_sdk_waits_out_busy_answers_by_itself(service, desktop):
+    running, waiting, _ = LANES["screenshot"]
+    remote = await AsyncDesktop.connect(desktop["id"], base_url=service.url, token=service.token)
+    try:
+        pictures = await asyncio.gather(
+            *(remote.screenshot() for _ in range(2 * (running + waiting)))
+        )
+    finally:
+        await remote.close()
+    assert all(picture.startswith(b"\x89PNG") for picture in pictures)
