@@ -29,8 +29,8 @@ from desktop.protocol.errors import (
     DesktopGone,
     DesktopNotFound,
     DesktopStarting,
+    DiskFull,
     SandboxStartError,
-    StorageFull,
 )
 from desktop.protocol.lanes import Lane, desktop_lanes
 from desktop.protocol.models import Screen
@@ -186,7 +186,7 @@ class SandboxManager:
             if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 if record.sandbox is not None:
                     await record.sandbox.stop()
-                raise StorageFull(
+                raise DiskFull(
                     f"desktop {spec.id} did not start: the disk of {self.settings.data_dir} "
                     "is full; free some space and try again"
                 ) from exc

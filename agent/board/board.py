@@ -43,7 +43,7 @@ from agent.board.runner import RunPlan, TaskRun
 from agent.errors import ProfileNotFound, TaskNotFound
 from agent.settings import AgentSettings, load_settings
 from agent.store import RunStore, new_run_id
-from desktop.protocol.errors import Conflict, InvalidRequest, ServiceUnreachable, StorageFull
+from desktop.protocol.errors import Conflict, DiskFull, InvalidRequest, ServiceUnreachable
 from desktop.sdk import wait_for_service
 
 log = logging.getLogger("cubicle.board")
@@ -80,7 +80,7 @@ class Board:
         self._store = RunStore(self.data_dir)
 
     async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a database call on the board's thread; a full disk is `StorageFull` (each
+        """Run a database call on the board's thread; a full disk is `DiskFull` (each
         change is one transaction, so a refused one left nothing behind)."""
         loop = asyncio.get_running_loop()
         try:
@@ -90,7 +90,7 @@ class Board:
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_FULL:
                 raise
-            raise StorageFull(
+            raise DiskFull(
                 f"the board's database cannot grow: the disk of {self.data_dir} is full; "
                 "nothing of this change was kept: free some space and try again"
             ) from exc

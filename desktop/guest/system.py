@@ -24,12 +24,12 @@ from pathlib import Path
 from desktop.guest.cpu import CpuMeter, live_sessions
 from desktop.protocol.errors import (
     CapacityReached,
+    DiskFull,
     FileNotFound,
     InvalidRequest,
     PathNotAllowed,
     PayloadTooLarge,
     SandboxError,
-    StorageFull,
 )
 from desktop.protocol.models import ExecChunk, ExecRequest, ExecResult, FileEntry, Launched
 
@@ -267,7 +267,7 @@ class System:
         except OSError as exc:
             partial.unlink(missing_ok=True)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise StorageFull(
+                raise DiskFull(
                     f"no room left for {len(data)} bytes at {str(target)!r}: free some space "
                     "in the desktop (or create it with a larger disk_mb)"
                 ) from exc

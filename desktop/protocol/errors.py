@@ -19,7 +19,7 @@
     ├── CapacityReached           no room for another desktop (429)
     ├── Busy                      too many slow calls wait on this desktop: retry later (429,
     │                             with `Retry-After`)
-    ├── StorageFull               the disk that holds the data is full (507)
+    ├── DiskFull                  a write met a full disk: the desktop's or the service's (507)
     ├── AuthError                 missing or wrong token (401)
     │   └── Forbidden             a valid token that does not allow this call (403)
     ├── ServiceUnreachable        the SDK could not reach the Cubicle service (no HTTP status)
@@ -127,11 +127,11 @@ class Busy(CubicleError):
     """Seconds a client should wait before trying again (`Retry-After`)."""
 
 
-class StorageFull(CubicleError):
-    """The disk the service or a desktop writes to has no room left; nothing half-written
-    was kept."""
+class DiskFull(CubicleError):
+    """A write met a full disk: the desktop's own (`disk_mb`) or the one that holds the
+    service's data directory. Nothing half-written was kept."""
 
-    code = "storage_full"
+    code = "disk_full"
 
 
 class AuthError(CubicleError):
@@ -196,7 +196,7 @@ STATUS: dict[type[CubicleError], int] = {
     DesktopUnavailable: 409,
     CapacityReached: 429,
     Busy: 429,
-    StorageFull: 507,
+    DiskFull: 507,
     AuthError: 401,
     Forbidden: 403,
     GuestUnreachable: 502,

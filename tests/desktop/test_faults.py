@@ -127,7 +127,7 @@ def test_a_full_data_disk_gives_clear_errors_and_keeps_the_database_whole(
 
         added = api.post("/api/tasks", json={"text": "one more"})
         assert added.status_code == 507, added.text
-        assert added.json()["error"] == "storage_full" and "full" in added.json()["detail"]
+        assert added.json()["error"] == "disk_full" and "full" in added.json()["detail"]
         batch = api.post("/api/tasks/batch", json={"tasks": [{"text": "x" * 3000}] * 2000})
         assert batch.status_code == 507, batch.text
         upload = api.put(f"{base}/files", params={"path": "~/big.bin"}, content=b"x" * 500_000)
