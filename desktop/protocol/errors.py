@@ -13,13 +13,13 @@
     │   └── RecordingNotFound
     ├── Conflict                  the desktop's current state does not allow this now (409)
     ├── PayloadTooLarge           an upload over the configured limit (413)
+    ├── DiskFull                  the desktop's own disk (disk_mb) has no room left (507)
     ├── DesktopUnavailable        the desktop exists but cannot take calls
     │   ├── DesktopStarting       still booting (409)
     │   └── DesktopGone           failed or stopped; `reason` says why (410)
     ├── CapacityReached           no room for another desktop (429)
     ├── Busy                      too many slow calls wait on this desktop: retry later (429,
     │                             with `Retry-After`)
-    ├── DiskFull                  a write met a full disk: the desktop's or the service's (507)
     ├── AuthError                 missing or wrong token (401)
     │   └── Forbidden             a valid token that does not allow this call (403)
     ├── ServiceUnreachable        the SDK could not reach the Cubicle service (no HTTP status)
@@ -99,6 +99,13 @@ class PayloadTooLarge(CubicleError):
     code = "payload_too_large"
 
 
+class DiskFull(CubicleError):
+    """A write inside the desktop met its disk's size (`disk_mb`): ENOSPC; or a write of the
+    service met a full disk where its data directory is. Nothing half-written was kept."""
+
+    code = "disk_full"
+
+
 class DesktopUnavailable(CubicleError):
     code = "desktop_unavailable"
 
@@ -125,13 +132,6 @@ class Busy(CubicleError):
     code = "busy"
     retry_after_s = 1
     """Seconds a client should wait before trying again (`Retry-After`)."""
-
-
-class DiskFull(CubicleError):
-    """A write met a full disk: the desktop's own (`disk_mb`) or the one that holds the
-    service's data directory. Nothing half-written was kept."""
-
-    code = "disk_full"
 
 
 class AuthError(CubicleError):
@@ -191,12 +191,12 @@ STATUS: dict[type[CubicleError], int] = {
     NotFound: 404,
     Conflict: 409,
     PayloadTooLarge: 413,
+    DiskFull: 507,
     DesktopStarting: 409,
     DesktopGone: 410,
     DesktopUnavailable: 409,
     CapacityReached: 429,
     Busy: 429,
-    DiskFull: 507,
     AuthError: 401,
     Forbidden: 403,
     GuestUnreachable: 502,
