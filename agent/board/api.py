@@ -109,7 +109,10 @@ async def add_tasks(request: Request, board: BoardDep) -> dict[str, Any]:
 
 
 @router.delete("/api/tasks")
-async def delete_tasks(board: BoardDep, status: str | None = None) -> dict[str, int]:
+async def delete_tasks(
+    board: BoardDep,
+    status: Annotated[str, Query(min_length=1, description="e.g. queued, or done,failed")],
+) -> dict[str, int]:
     """Delete every task with these statuses (e.g. `?status=queued` clears the queue);
     running and paused tasks are never deleted: cancel them first."""
     statuses = _statuses(status)

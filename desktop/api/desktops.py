@@ -185,7 +185,16 @@ async def read_file(
     return Response(answer.content, media_type="application/octet-stream")
 
 
-@router.put("/{desktop_id}/files")
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+"""The upload's body as the route reads it: raw bytes (up to CUBICLE_MAX_UPLOAD_MB)."""
+
+
+@router.put("/{desktop_id}/files", openapi_extra=_UPLOAD_BODY)
 async def write_file(
     desktop_id: str,
     guest: GuestDep,
