@@ -60,6 +60,8 @@ def inputs(action: p.PlannedAction, points: list[tuple[int, int]]) -> list[a.Act
             return [a.Drag(path=[points[0], points[1]])]
         case p.Wait(seconds=seconds):
             return [a.Wait(ms=round(seconds * 1000))]
+        case p.Computer(inputs=batch):
+            return list(batch)
     return []
 
 
@@ -74,7 +76,7 @@ async def act(
     started = time.perf_counter()
     settle = a.WaitForSettle(quiet_ms=limits.settle_quiet_ms, timeout_ms=limits.settle_timeout_ms)
     done = p.describe(action)
-    if points:
+    if points and not isinstance(action, p.Computer):  # its request names its points
         done += " at " + " → ".join(f"({x}, {y})" for x, y in points)
     events = inputs(action, points)
     if events:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    adapters,
     agent_step,
     board,
     click,
@@ -27,6 +28,7 @@ from bench import (
     grounding,
     live,
     load,
+    pointer,
     screenshot,
     soak,
 )
@@ -40,7 +42,9 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "grounding": lambda options: grounding.run(options.quick),
     "agent_step": lambda options: agent_step.run(options.quick),
     "live": lambda options: live.run(options.quick),
+    "pointer": lambda options: pointer.run(options.quick),
     "board": board.run,
+    "adapters": adapters.run,
     "load": load.run,
     "soak": soak.run,
 }

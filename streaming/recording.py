@@ -3,16 +3,21 @@
 A `Recorder` is one more subscriber of the desktop's hub, so it starts at a keyframe (asked
 of the guest) and costs no encoding. Time 0 of the video is the moment recording started:
 the first keyframe, which arrives a little later, is shown from 0. Each packet lasts until
-the next one, and the last one until the recording stopped, so a still screen still gives a
-video as long as the recording. Every action run on the desktop while it records (through
-the API or from a viewer) is logged with its offset into the video.
+the next one. At the stop the recording asks for one more keyframe, of the screen as it is
+then, and ends with it: browsers end a video at its last frame's start, so without it a
+still screen would play only up to its last change. Every action run on the desktop while
+it records (through the API or from a viewer) is logged with its offset into the video.
+
+A recording started with `overlay=True` shows the actions on the picture as well (click
+ripples, drag paths, scroll marks, captions of typed text and keys): its frames go through
+a `streaming.burnin.BurnIn` (decode, draw, encode) before they are muxed.
 
 Files, in the recordings directory of the desktop: `<id>.mp4.part` while recording, then
 `<id>.mp4` and `<id>.json` (the `ActionLog`). The MP4 is fragmented (a fragment at least
 every second) and the log is saved about once a second while recording, so a service killed
 mid-recording leaves a video that plays up to its last fragment and the actions logged until
-then: the next start of the service (`recover_interrupted`) finishes such files as
-`interrupted`.
+then: the next start of the service finishes such files as `interrupted`
+(`streaming.recovery`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterable
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -30,13 +36,18 @@ import av
 
 from desktop.models import ActionEntry, ActionLog, ActionSource, RecordingInfo
 from desktop.protocol import actions as a
+from desktop.protocol.errors import CubicleError
+from streaming.burnin import BurnIn
 from streaming.frames import EncodedFrame
 from streaming.hub import FrameHub, Subscription
+from streaming.overlay import OverlayMessage
 
 log = logging.getLogger("cubicle.streaming")
 
 FIRST_FRAME_TIMEOUT_S = 5.0
 """How long a stopping recording still waits for its first frame."""
+LAST_FRAME_TIMEOUT_S = 2.0
+"""How long a stopping recording waits for its last frame: the screen at the stop."""
 _MICROSECONDS = Fraction(1, 1_000_000)
 _MIN_LAST_US = 33_333
 """Shortest duration given to the last frame: one frame at 30 fps."""
@@ -50,7 +61,6 @@ _FRAGMENTED = {
 _STILL_S = 2.0
 """Seconds without a frame after which a recording asks for a keyframe, so that the last
 fragment reaches the disk (a still screen costs a keyframe every 2 s)."""
-INTERRUPTED = "the service stopped while recording: the video ends at its last second written"
 
 
 class _Mp4Writer:
@@ -78,14 +88,21 @@ class _Mp4Writer:
 class Recorder:
     """One recording of one desktop, from `start()` to `stop()`."""
 
-    def __init__(self, hub: FrameHub, directory: Path, desktop_id: str) -> None:
+    def __init__(
+        self, hub: FrameHub, directory: Path, desktop_id: str, *, overlay: bool = False
+    ) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.desktop_id = desktop_id
         self.directory = directory
         self._hub = hub
         self._info = RecordingInfo(
-            id=self.id, desktop_id=desktop_id, status="recording", started_at=datetime.now(UTC)
+            id=self.id,
+            desktop_id=desktop_id,
+            status="recording",
+            started_at=datetime.now(UTC),
+            overlay=overlay,
         )
+        self._burn_in: BurnIn | None = None
         self._entries: list[tuple[int, ActionSource, a.Action]] = []
         self._writer: _Mp4Writer | None = None
         self._t0: int | None = None
@@ -97,6 +114,10 @@ class Recorder:
         self._first = asyncio.Event()
         self._saved = (-1, 0.0)
         """(actions, `time.monotonic()`) at the last save of the log while recording."""
+        self._closing_at: int | None = None
+        """Hub-clock microseconds of the stop, once it began."""
+        self._last = asyncio.Event()
+        """Set once a frame of the stop's moment (or later) arrived."""
         self._task: asyncio.Task | None = None
         self._stopping: asyncio.Task | None = None
         self._subscription: Subscription | None = None
@@ -123,12 +144,25 @@ class Recorder:
             self._t0 = self._hub.clock_us()
             self.directory.mkdir(parents=True, exist_ok=True)
             self._subscription = self._hub.subscribe(f"recording-{self.id}")
-            self._task = asyncio.create_task(self._run(self._subscription), name=self.id)
+            frames: AsyncIterable[EncodedFrame] = self._subscription
+            if self._info.overlay:
+                self._burn_in = BurnIn(self._subscription, self._hub.clock_us)
+                frames = self._burn_in
+            self._task = asyncio.create_task(self._run(frames), name=self.id)
 
-    def log(self, actions: list[a.Action], at_us: int, source: ActionSource) -> None:
-        """Note actions that ran at `at_us` on the hub's clock."""
+    def log(
+        self,
+        actions: list[a.Action],
+        at_us: int,
+        source: ActionSource,
+        overlay: OverlayMessage | None = None,
+    ) -> None:
+        """Note actions that ran at `at_us` on the hub's clock, and draw their marks when
+        the overlay is burned in."""
         if self.recording:
             self._entries.extend((at_us, source, action) for action in actions)
+            if self._burn_in is not None and overlay is not None:
+                self._burn_in.show(overlay, at_us)
 
     def info(self) -> RecordingInfo:
         return self._info.model_copy()
@@ -143,13 +177,13 @@ class Recorder:
             ],
         )
 
-    async def _run(self, subscription: Subscription) -> None:
+    async def _run(self, frames: AsyncIterable[EncodedFrame]) -> None:
         assert self._t0 is not None
-        frames = aiter(subscription)
+        iterator = aiter(frames)
         try:
             while True:
                 try:
-                    frame = await asyncio.wait_for(anext(frames), _STILL_S)
+                    frame = await asyncio.wait_for(anext(iterator), _STILL_S)
                 except StopAsyncIteration:
                     break
                 except TimeoutError:
@@ -168,25 +202,32 @@ class Recorder:
                 if self._pending is not None:
                     await self._write(self._pending, self._pending_at, at)
                 self._pending, self._pending_at = frame, at
+                if self._closing_at is not None and at >= self._closing_at:
+                    self._last.set()
         except (av.FFmpegError, OSError) as exc:
             log.warning("recording %s failed: %s", self.id, exc)
             self._info.reason = f"writing the video failed: {exc}"
-            subscription.close()
+        except CubicleError as exc:  # drawing the overlay failed
+            log.warning("recording %s failed: %s", self.id, exc)
+            self._info.reason = exc.message
+        finally:
+            if self._subscription is not None:
+                self._subscription.close()
 
     async def _write(self, frame: EncodedFrame, start_us: int, end_us: int) -> None:
         """Write a frame shown from `start_us` to `end_us` (hub clock), and about once a
         second the log so far."""
         assert self._writer is not None and self._t0 is not None
         writer, t0 = self._writer, self._t0
-        log = None
+        log_text = None
         if self._saved[0] != len(self._entries) and time.monotonic() - self._saved[1] > 1:
             self._saved = (len(self._entries), time.monotonic())
-            log = self.action_log().model_dump_json(indent=1)
+            log_text = self.action_log().model_dump_json(indent=1)
 
         def write() -> None:
             writer.write(frame, start_us - t0, end_us - start_us)
-            if log is not None:
-                self.log_path.write_text(log)
+            if log_text is not None:
+                self.log_path.write_text(log_text)
 
         await asyncio.to_thread(write)
         self._info.frames += 1
@@ -202,6 +243,19 @@ class Recorder:
         if self._pending is None and self._info.reason is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._first.wait(), FIRST_FRAME_TIMEOUT_S)
+        if self._pending is not None and self._task is not None and not self._task.done():
+            self._closing_at = stopped_us
+            self._hub.request_keyframe()
+            last = asyncio.create_task(self._last.wait())
+            try:  # unless the frames end first (the desktop went away)
+                await asyncio.wait(
+                    {last, self._task},
+                    timeout=LAST_FRAME_TIMEOUT_S,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                last.cancel()
+                await asyncio.wait({last})
         if self._subscription is not None:
             self._subscription.close()
         if self._task is not None:
@@ -235,48 +289,6 @@ class Recorder:
             await self._write(self._pending, self._pending_at, end)
         await asyncio.to_thread(self._writer.close)
         self._info.duration_ms = (end - self._t0) / 1000
-
-
-def recover_interrupted(root: Path) -> list[RecordingInfo]:
-    """Finish the recordings a killed service left under `root` (one folder per desktop):
-    each `.mp4.part` that plays becomes its `.mp4`, `interrupted`; blocking, use a thread."""
-    recovered = []
-    for part in sorted(root.glob("*/*.mp4.part")):
-        recording_id = part.name.removesuffix(".mp4.part")
-        log_path = part.with_name(f"{recording_id}.json")
-        try:
-            log = read_log(log_path)
-        except (OSError, ValueError):
-            started = datetime.fromtimestamp(part.stat().st_ctime, UTC)
-            info = RecordingInfo(
-                id=recording_id, desktop_id=part.parent.name, status="recording", started_at=started
-            )
-            log = ActionLog(recording=info, actions=[])
-        info = log.recording.model_copy(
-            update={"stopped_at": datetime.fromtimestamp(part.stat().st_mtime, UTC)}
-        )
-        try:
-            with av.open(str(part)) as container:
-                stream = container.streams.video[0]
-                frames = sum(1 for packet in container.demux(stream) if packet.size)
-                duration = stream.duration and float(stream.duration * stream.time_base)
-                info.width, info.height = stream.width, stream.height
-        except (av.FFmpegError, IndexError, OSError) as exc:
-            frames, duration = 0, None
-            info.reason = f"{INTERRUPTED}; nothing of the video could be read ({exc})"
-        if frames:
-            video = part.with_name(f"{recording_id}.mp4")
-            part.rename(video)
-            info.status, info.reason, info.frames = "interrupted", INTERRUPTED, frames
-            info.bytes = video.stat().st_size
-            info.duration_ms = duration * 1000 if duration else None
-        else:
-            info.status = "failed"
-            part.unlink(missing_ok=True)
-        finished = ActionLog(recording=info, actions=log.actions)
-        log_path.write_text(finished.model_dump_json(indent=1))
-        recovered.append(info)
-    return recovered
 
 
 def read_log(path: Path) -> ActionLog:

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from agent.settings import PlannerKind
+
 TaskStatus = Literal["queued", "running", "paused", "done", "failed", "cancelled", "interrupted"]
 ACTIVE: tuple[TaskStatus, ...] = ("running", "paused")
 """A worker holds the task and its desktop."""
@@ -153,6 +155,8 @@ class TaskStep(BaseModel):
     total_ms: float = 0.0
     screenshot: str = ""
     """URL path of the step's screenshot with the point drawn ("" when it has none)."""
+    video_offset_ms: float | None = None
+    """Milliseconds into the task's recording at which the step acted; None without one."""
 
 
 class Profile(_In):
@@ -162,7 +166,7 @@ class Profile(_In):
     """OpenAI-compatible endpoint, usually ending in /v1; None: the service's default."""
     api_key: str | None = None
     planner_model: str | None = None
-    planner_kind: Literal["json", "ui-tars"] | None = None
+    planner_kind: PlannerKind | None = None
     planner_family: str | None = None
     grounder: str | None = None
     """Grounders in order, e.g. "a11y,ocr,vlm"."""

@@ -22,6 +22,7 @@ from agent.run import agent_for
 from agent.settings import AgentSettings
 from agent.steps import StepRecord
 from agent.store import RunStore
+from desktop import RecordingInfo
 from desktop.protocol.errors import CubicleError
 from desktop.sdk import AsyncDesktop
 
@@ -64,7 +65,8 @@ class TaskRun:
     ending: tuple[TaskStatus, str] | None = None
     """How a person or the service ended the run before the agent did."""
     pause_requested: bool = False
-    recording_id: str | None = None
+    recording: RecordingInfo | None = None
+    """The run's recording, while one runs or after."""
     ended: bool = False
     """Whether `run()` returned (the task is being finished and released)."""
     finished: asyncio.Event = field(default_factory=asyncio.Event)
@@ -78,7 +80,7 @@ class TaskRun:
             self.desktop = await self._create_desktop()
             await self.update(self.task.id, desktop_id=self.desktop.id)
             if self.plan.record:
-                self.recording_id = await self._start_recording()
+                self.recording = await self._start_recording()
             if self.task.start:
                 await self._open_start(self.task.start)
             async with agent_for(
@@ -87,6 +89,7 @@ class TaskRun:
                 store=self.store,
                 on_step=self._step_done,
                 run_id=self.task.run_id,
+                recording=self.recording,
             ) as agent:
                 self.agent = agent
                 if self.pause_requested:
@@ -126,7 +129,7 @@ class TaskRun:
             token=self.token,
         )
 
-    async def _start_recording(self) -> str | None:
+    async def _start_recording(self) -> RecordingInfo | None:
         assert self.desktop is not None
         try:
             info = await self.desktop.start_recording()
@@ -134,7 +137,7 @@ class TaskRun:
             log.warning("task %s: no recording: %s", self.task.id, exc.message)
             return None
         await self.update(self.task.id, recording_id=info.id)
-        return info.id
+        return info
 
     async def _open_start(self, start: str) -> None:
         """Open the task's start app, file or URL as the agent's own `launch`/`open` would:
@@ -153,7 +156,7 @@ class TaskRun:
         if desktop is None:
             return
         try:
-            if self.recording_id is not None:
+            if self.recording is not None:
                 await desktop.stop_recording()
             if self.plan.keep_desktop_s > 0:
                 await desktop.set_timeout(max(10, self.plan.keep_desktop_s))
@@ -187,5 +190,6 @@ class TaskRun:
                 screenshot=(
                     f"/api/runs/{step.run_id}/steps/{step.index}.png" if step.screenshot else ""
                 ),
+                video_offset_ms=step.video_offset_ms,
             )
         )

@@ -2,7 +2,8 @@
 
 Capture uses mss (XShmGetImage through XCB) on a thread of its own, so a screenshot never
 waits behind input or window calls. The X server's software cursor is not part of a
-capture; `cursor=True` draws the current cursor image (XFixes) onto the picture.
+capture; `cursor=True` draws the current cursor image (XFixes) onto the picture, as the
+live video does (`streaming.pointer`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from Xlib import display as xdisplay
 from desktop.guest import png
 from desktop.protocol.models import ImageFormat
 from streaming.capture import DamagedScreen
+from streaming.pointer import Pointer, blend, read_pointer
 
 BUSY_CORES = 0.1
 """CPU the desktop's programs use or wait for, in cores, above which the screen is not
@@ -70,16 +72,6 @@ class Encoded:
     """The number of the capture this picture was made from (`Frame.number`)."""
 
 
-@dataclass(frozen=True)
-class _CursorImage:
-    x: int
-    """Screen pixels of the image's left edge (the hotspot's x less its offset)."""
-    y: int
-    image: Image.Image
-    hotspot: tuple[int, int]
-    """The pointer's position: screen pixels."""
-
-
 class ScreenCapture:
     """Grabs and encodes the screen of one X display on a dedicated thread.
 
@@ -120,15 +112,11 @@ class ScreenCapture:
             return self._grab_sync(), False
         return self._last, True
 
-    def _cursor_sync(self) -> _CursorImage:
+    def _cursor_sync(self) -> Pointer:
         if self._xlib is None:
             self._xlib = xdisplay.Display(self._display)
             self._xlib.xfixes_query_version()
-        reply = self._xlib.xfixes_get_cursor_image(self._xlib.screen().root)
-        width, height = reply.width, reply.height
-        argb = b"".join(int(p).to_bytes(4, "little") for p in reply.cursor_image)
-        image = Image.frombuffer("RGBA", (width, height), argb, "raw", "BGRA", 0, 1)
-        return _CursorImage(reply.x - reply.xhot, reply.y - reply.yhot, image, (reply.x, reply.y))
+        return read_pointer(self._xlib)
 
     def _screenshot_sync(
         self,
@@ -166,15 +154,15 @@ class ScreenCapture:
             data = png.encode_rgb(bgrx[:, :, 2::-1], self._deflate)
             size = (frame.width, frame.height)
             return Encoded(data, CONTENT_TYPES[fmt], *size, scale, capture=frame.number)
-        image = Image.frombuffer(
-            "RGB", (frame.width, frame.height), frame.bgra, "raw", "BGRX", 0, 1
-        )
+        pixels: bytes | bytearray = frame.bgra
         cursor_at = None
-        if cursor:
+        if cursor:  # drawn as the live video draws it (`streaming.pointer.blend`)
             pointer = self._cursor_sync()
-            image = image.copy()
-            image.paste(pointer.image, (pointer.x, pointer.y), pointer.image)
-            cursor_at = pointer.hotspot
+            pixels = bytearray(frame.bgra)
+            shape = (frame.height, frame.width, 4)
+            blend(np.frombuffer(pixels, np.uint8).reshape(shape), 0, 0, pointer)
+            cursor_at = (pointer.x, pointer.y)
+        image = Image.frombuffer("RGB", (frame.width, frame.height), pixels, "raw", "BGRX", 0, 1)
         if scale > 1.0:
             size = (max(1, round(frame.width / scale)), max(1, round(frame.height / scale)))
             image = image.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)

@@ -10,12 +10,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-Button = Literal["left", "right", "middle"]
+Button = Literal["left", "right", "middle", "back", "forward"]
+"""Mouse buttons; `back` and `forward` are the side buttons (X buttons 8 and 9)."""
 Coordinate = Annotated[int, Field(ge=0, le=32767)]
 
 
 class _Action(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class Move(_Action):
