@@ -44,7 +44,7 @@ LiveDep = Annotated[LiveDesktops, Depends(get_live)]
 class Offer(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["offer"] = "offer"
-    sdp: str = Field(min_length=1, max_length=200_000, pattern=r"^v=0\r?\n")
+    sdp: str = Field(min_length=1, max_length=200_000)
     """The browser's `RTCPeerConnection.createOffer()` SDP, candidates included."""
 
 
