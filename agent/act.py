@@ -74,7 +74,11 @@ async def act(
     """Carry out `action` (not `done`/`fail`) and wait for the screen to settle. Desktop
     errors (`InvalidRequest` for an off-screen point or an unknown key…) propagate."""
     started = time.perf_counter()
-    settle = a.WaitForSettle(quiet_ms=limits.settle_quiet_ms, timeout_ms=limits.settle_timeout_ms)
+    settle = a.WaitForSettle(
+        quiet_ms=limits.settle_quiet_ms,
+        timeout_ms=limits.settle_timeout_ms,
+        idle_ms=limits.settle_idle_ms,
+    )
     done = p.describe(action)
     if points and not isinstance(action, p.Computer):  # its request names its points
         done += " at " + " → ".join(f"({x}, {y})" for x, y in points)

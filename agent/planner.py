@@ -235,6 +235,8 @@ class ChatModelPlanner(Planner):
                 answer=raw,
                 elapsed_ms=completion.elapsed_ms,
                 attempts=completion.attempts,
+                prompt_tokens=completion.prompt_tokens,
+                completion_tokens=completion.completion_tokens,
             )
             try:
                 thought, action = self.parse(raw, sent.size, observation.screen_size)

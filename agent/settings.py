@@ -126,6 +126,9 @@ class RunLimits(_Section):
     """Earlier screenshots shown to the planner besides the current one (all text is kept)."""
     settle_quiet_ms: Annotated[int, Field(ge=10, le=10_000)] = 150
     """Milliseconds without a screen change that count as settled after an action."""
+    settle_idle_ms: Annotated[int, Field(ge=10, le=10_000)] | None = 50
+    """Settled sooner: this long without drawing while the desktop's programs are idle (no
+    CPU wanted); None waits the whole `settle_quiet_ms` after every action."""
     settle_timeout_ms: Annotated[int, Field(ge=10, le=60_000)] = 3_000
     """Longest wait for the screen to settle, milliseconds."""
     launch_timeout_s: Annotated[float, Field(gt=0, le=120)] = 10.0

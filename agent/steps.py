@@ -34,6 +34,10 @@ class ModelCall(_Record):
     """Milliseconds, retries and backoff included."""
     attempts: int = 1
     """HTTP requests made for this call."""
+    prompt_tokens: int | None = None
+    """Tokens in the request, as the endpoint reported them (None: it did not say)."""
+    completion_tokens: int | None = None
+    """Tokens in the answer, as the endpoint reported them (None: it did not say)."""
     error: str | None = None
     """Why the answer could not be used (fed back to the model), or why the call failed."""
 

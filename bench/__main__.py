@@ -25,6 +25,7 @@ from bench import (
     click,
     create,
     density,
+    evals,
     grounding,
     live,
     load,
@@ -45,6 +46,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "pointer": lambda options: pointer.run(options.quick),
     "board": board.run,
     "adapters": adapters.run,
+    "evals": lambda options: evals.run(options.quick),
     "load": load.run,
     "soak": soak.run,
 }
@@ -56,7 +58,7 @@ def _parse(argv: list[str] | None) -> tuple[list[str], Options]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", metavar="name", help=f"any of {', '.join(BENCHMARKS)}")
     parser.add_argument("--quick", action="store_true", help="smoke run: fewer samples (< 90 s)")
-    parser.add_argument("--max-desktops", type=int, default=12, help="density: most desktops")
+    parser.add_argument("--max-desktops", type=int, default=40, help="density: most desktops")
     parser.add_argument("--soak-seconds", type=float, default=None, help="soak: how long")
     args = parser.parse_args(argv)
     unknown = [name for name in args.names if name not in BENCHMARKS]

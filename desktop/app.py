@@ -17,7 +17,7 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from desktop.api import desktops
+from desktop.api import desktops, pool
 from desktop.api.auth import load_or_create_token, require_token
 from desktop.api.errors import install as install_error_handlers
 from desktop.api.openapi import install as install_openapi
@@ -69,6 +69,7 @@ def create_app(
     install_error_handlers(app)
     install_openapi(app)
     app.include_router(desktops.router, dependencies=[Depends(require_token)])
+    app.include_router(pool.router, dependencies=[Depends(require_token)])
     for room in rooms:
         for router in room.routers:
             app.include_router(router)

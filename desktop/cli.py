@@ -6,6 +6,7 @@ cubicle desktop ls                 list desktops
 cubicle desktop screenshot ID -o shot.png
 cubicle desktop kill ID
 cubicle run "TASK" --model-url URL --model NAME   run the agent on a fresh desktop
+cubicle eval SUITE --model-url URL --model NAME   run a suite of OSWorld-format tasks
 cubicle mcp                        serve MCP on stdin/stdout (for Claude Desktop and the like)
 """
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from agent.evals.room import EvalRoom
     from agent.room import AgentRoom  # the assembly is where the rooms meet
     from desktop.app import create_app
     from desktop.mcp.room import McpRoom
@@ -45,8 +47,9 @@ def _serve(args: argparse.Namespace) -> int:
         board = url.replace("/?token=", "/web/board.html?token=")
         print(f"\nCubicle is running: {url}\nTask board: {board}\n", flush=True)
 
+    rooms = [LiveRoom(), AgentRoom(), McpRoom(), EvalRoom()]
     uvicorn.run(
-        create_app(settings, on_ready=announce, rooms=[LiveRoom(), AgentRoom(), McpRoom()]),
+        create_app(settings, on_ready=announce, rooms=rooms),
         host=settings.host,
         port=settings.port,
         log_level="warning",
@@ -227,8 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     mcp.add_argument("--url", help="the service (CUBICLE_URL, default http://127.0.0.1:8000)")
     mcp.add_argument("--token", help="its token (CUBICLE_TOKEN, default the token file)")
 
+    from agent.evals import cli as evals_cli  # parses nothing until `eval` runs
+
+    evals = commands.add_parser("eval", help="run a suite of OSWorld-format tasks, print a score")
+    evals_cli.configure(evals)
+
     args = parser.parse_args(argv)
     try:
+        if args.command == "eval":
+            return evals_cli.main(args)
         if args.command == "serve":
             return _serve(args)
         if args.command == "run":

@@ -62,6 +62,36 @@ class DesktopInfo(BaseModel):
     """The runtime the desktop runs in."""
 
 
+class PoolKind(BaseModel):
+    """The spares of one kind of desktop."""
+
+    resolution: tuple[int, int]
+    network: bool
+    runtime: str
+    target: int
+    """Spares the pool keeps of this kind."""
+    ready: int
+    """Drawn, handed out at once."""
+    booting: int
+
+
+class PoolInfo(BaseModel):
+    """`GET /api/pool`: the warm pool's spare desktops and who asked for them."""
+
+    enabled: bool
+    """False with `CUBICLE_WARM_POOL=0`: every create boots a desktop."""
+    target: int
+    ready: int
+    booting: int
+    wanted: dict[str, int]
+    """Spares asked for by the service's parts (`board`: the task board's concurrency), on
+    top of `CUBICLE_WARM_POOL` for API users."""
+    held_back: str | None = None
+    """Why the pool does not boot the spares it misses, when something stops it (memory,
+    `CUBICLE_MAX_DESKTOPS`)."""
+    kinds: list[PoolKind]
+
+
 class SetTimeout(BaseModel):
     model_config = ConfigDict(extra="forbid")
     timeout_s: Annotated[int, Field(ge=10, le=86_400)]

@@ -32,7 +32,14 @@ class Settings(BaseSettings):
     """The runtime new desktops start in unless they ask for another (`desktop.runtime`)."""
     max_desktops: Annotated[int, Field(ge=1, le=1000)] = 32
     warm_pool: Annotated[int, Field(ge=0, le=16)] = 1
-    """Desktops of the default kind kept started and drawn, handed out at once on create."""
+    """Desktops of the default kind kept started and drawn for API users, handed out at
+    once on create, besides those the board asks for (its concurrency); 0 turns the pool
+    off."""
+    warm_pool_reserve_mb: Annotated[int, Field(ge=0)] = 2048
+    """The pool boots no spare while the host has less memory available than this, MiB."""
+    warm_pool_nice: Annotated[int, Field(ge=0, le=19)] = 19
+    """CPU niceness spares boot at: 19 gives them only CPU no desktop wants (on a host kept
+    busy they wait; one taken is raised at once), 0 boots them like any desktop."""
     memory_mb: Annotated[int, Field(ge=256)] = 2048
     """Default memory limit of a desktop, MiB."""
     max_pids: Annotated[int, Field(ge=64)] = 1024

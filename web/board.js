@@ -72,6 +72,7 @@ function render(task) {
   $(".badge", node).className = `badge ${task.status}`;
   const meta = [task.profile !== "default" ? task.profile : "", task.start ? `starts ${task.start}` : ""];
   if (task.steps) meta.push(`${task.steps} step${task.steps === 1 ? "" : "s"}`);
+  if (task.tag) meta.push(task.tag.split(":").slice(1).join(" · "));
   $(".meta", node).textContent = meta.filter(Boolean).join(" · ");
   if (!node.classList.contains("editing")) $(".text", node).textContent = task.text;
   $(".result", node).textContent = task.result || "";

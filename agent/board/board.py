@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from agent.board.db import TaskDB
 from agent.board.events import Events
+from agent.board.hooks import TaskHooks, tag_prefix
 from agent.board.models import (
     DEFAULT_PROFILE,
     FINISHED,
@@ -49,6 +50,10 @@ from desktop.sdk import wait_for_service
 log = logging.getLogger("cubicle.board")
 T = TypeVar("T")
 
+WantWarm = Callable[[int, tuple[int, int]], None]
+"""Tells the service how many drawn desktops of a resolution the board wants kept ready
+(its warm pool), so that the tasks it starts take one instead of booting one."""
+
 _SERVICE_WAIT_S = 30.0
 """Longest wait for the service's own HTTP address to answer before the first run."""
 
@@ -63,12 +68,14 @@ class Board:
         token: str,
         *,
         config: Path | None = None,
+        want_warm: WantWarm | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.service_url = service_url
         self.token = token
         self.config = config
         """The agent's TOML config file for the default profile (see `agent.settings`)."""
+        self._want_warm = want_warm
         self.events = Events()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="board-db")
         self._db: TaskDB | None = None
@@ -78,6 +85,8 @@ class Board:
         self._scheduler: asyncio.Task[None] | None = None
         self._saving: set[asyncio.Task[None]] = set()
         self._store = RunStore(self.data_dir)
+        self.hooks: dict[str, TaskHooks] = {}
+        """Hooks of the rooms that tag tasks, by tag prefix (see `agent.board.hooks`)."""
 
     async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a database call on the board's thread; a full disk is `DiskFull` (each
@@ -108,6 +117,7 @@ class Board:
         interrupted = await self._call(self.db.interrupt_active)
         if interrupted:
             log.warning("tasks %s were running when the service stopped: interrupted", interrupted)
+        self._ask_warm(await self.settings())
         self._scheduler = asyncio.create_task(self._schedule(), name="board-scheduler")
 
     async def stop(self) -> None:
@@ -142,6 +152,10 @@ class Board:
 
     async def counts(self) -> dict[str, int]:
         return await self._call(self.db.counts)
+
+    async def tagged(self, prefix: str) -> list[Task]:
+        """Every task whose tag starts with `prefix`, oldest first."""
+        return await self._call(self.db.tagged, prefix)
 
     async def steps(self, task_id: int) -> list[TaskStep]:
         task = await self.get(task_id)
@@ -208,7 +222,10 @@ class Board:
         """Take a queued task off the queue, or stop a running one at once."""
         task = await self.get(task_id)
         if task.status == "queued":
-            return await self._finish(task_id, "cancelled", "cancelled before it started")
+            task = await self._finish(task_id, "cancelled", "cancelled before it started")
+            if (hooks := self.hooks.get(tag_prefix(task.tag) or "")) is not None:
+                await self._tell_ended(hooks, task)
+            return task
         run = self._runs.get(task_id)
         if run is None:
             raise Conflict(f"task {task_id} is {task.status}: there is nothing to cancel")
@@ -250,6 +267,7 @@ class Board:
 
     async def put_settings(self, settings: BoardSettings) -> BoardSettings:
         await self._call(self.db.put_settings, settings)
+        self._ask_warm(settings)
         self.events.publish("settings", settings=settings.model_dump(mode="json"))
         self._wake.set()
         return settings
@@ -295,6 +313,11 @@ class Board:
             problem=problem,
         )
 
+    def _ask_warm(self, settings: BoardSettings) -> None:
+        """One drawn desktop ready for each task that may start at once."""
+        if self._want_warm is not None:
+            self._want_warm(settings.concurrency, settings.resolution)
+
     # --- the worker pool --------------------------------------------------------------------
 
     async def _schedule(self) -> None:
@@ -325,6 +348,7 @@ class Board:
 
     async def _start(self, task: Task, settings: BoardSettings) -> None:
         profiles = await self.profiles()
+        hooks = None
         try:
             profile = profiles.get(task.profile)
             if profile is None:
@@ -340,8 +364,13 @@ class Board:
                 record=settings.record,
                 keep_desktop_s=settings.keep_desktop_s,
             )
+            hooks = self.hooks.get(tag_prefix(task.tag) or "") if task.tag else None
+            if task.tag and hooks is None:
+                raise InvalidRequest(f"nothing on this service runs tasks tagged {task.tag!r}")
         except InvalidRequest as exc:
-            await self._finish(task.id, "failed", f"cannot start: {exc.message}")
+            failed = await self._finish(task.id, "failed", f"cannot start: {exc.message}")
+            if hooks is not None:
+                await self._tell_ended(hooks, failed)
             return
         claimed = await self._call(self.db.claim, task.id, new_run_id())
         if claimed is None:
@@ -355,6 +384,7 @@ class Board:
             self._store,
             update=self._update,
             on_step=self._on_step,
+            hooks=hooks,
         )
         self._runs[task.id] = run
         self._workers[task.id] = asyncio.create_task(self._work(run), name=f"task-{task.id}")
@@ -364,9 +394,11 @@ class Board:
         try:
             status, result = await run.run()
             run.ended = True
-            await self._finish(task_id, status, result)
+            final = await self._finish(task_id, status, result)
             run.finished.set()
             await asyncio.shield(run.release())
+            if run.hooks is not None:
+                await self._tell_ended(run.hooks, final)
         finally:
             run.finished.set()
             self._runs.pop(task_id, None)
@@ -382,6 +414,12 @@ class Board:
                 worker.cancel()
             await run.finished.wait()
         return await self.get(task_id)
+
+    async def _tell_ended(self, hooks: TaskHooks, task: Task) -> None:
+        try:
+            await hooks.ended(task)
+        except Exception:  # the room's problem must not take the board's worker down
+            log.exception("task %s: the hooks of its tag %r failed", task.id, task.tag)
 
     def _on_step(self, step: TaskStep) -> None:
         async def save() -> None:

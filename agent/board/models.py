@@ -25,6 +25,9 @@ ProfileName = Annotated[
     str, StringConstraints(strip_whitespace=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ]
 StartTarget = Annotated[str, StringConstraints(strip_whitespace=True, max_length=2000)]
+Tag = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:#-]{0,255}$")]
+"""Marks a task as another room's (`eval:<run>:<task>:<attempt>`): the board runs it with
+that room's hooks (`agent.board.hooks`)."""
 MaxSteps = Annotated[int, Field(ge=1, le=999)]
 MaxWall = Annotated[float, Field(gt=0, le=86_400)]
 Width = Annotated[int, Field(ge=320, le=7680)]
@@ -51,6 +54,8 @@ class NewTask(_In):
     """The step cap of this task; None: the board's default."""
     max_wall_s: MaxWall | None = None
     """The time cap of this task, seconds; None: the board's default."""
+    tag: Tag | None = None
+    """Whose task it is, when another room queued it (an evaluation run)."""
 
 
 class NewTasks(_In):
@@ -120,6 +125,8 @@ class Task(BaseModel):
     finished_at: datetime | None = None
     version: int = 0
     """Counts every change: of two copies of a task, the higher version is the newer."""
+    tag: str | None = None
+    """Whose task it is, when another room queued it (see `NewTask.tag`)."""
 
 
 class TaskPage(BaseModel):

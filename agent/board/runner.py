@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from agent import actions as p
 from agent.act import act
+from agent.board.hooks import TaskHooks
 from agent.board.models import Profile, Task, TaskStatus, TaskStep
 from agent.loop import Agent
 from agent.run import agent_for
@@ -71,6 +72,9 @@ class TaskRun:
     """Whether `run()` returned (the task is being finished and released)."""
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the task's final status is stored (its desktop may still be releasing)."""
+    hooks: TaskHooks | None = None
+    """What the room that tagged the task does around the agent (see `agent.board.hooks`)."""
+    last_step: StepRecord | None = None
 
     async def run(self) -> tuple[TaskStatus, str | None]:
         """Carry the task out; returns its final status and result. Cancelling the task
@@ -83,6 +87,8 @@ class TaskRun:
                 self.recording = await self._start_recording()
             if self.task.start:
                 await self._open_start(self.task.start)
+            if self.hooks is not None:
+                await self.hooks.before_agent(self.task, self.desktop)
             async with agent_for(
                 self.desktop,
                 self.plan.settings,
@@ -96,7 +102,11 @@ class TaskRun:
                     await agent.pause()
                 record = await agent.run(self.task.text)
             status: TaskStatus = "done" if record.status == "done" else "failed"
-            return status, record.reason
+            result = record.reason
+            if self.hooks is not None:
+                note = await self.hooks.after_agent(self.task, self.desktop, record, self.last_step)
+                result = f"{result} · {note}" if result and note else (note or result)
+            return status, result
         except asyncio.CancelledError:
             return self.ending or ("cancelled", "cancelled by a person")
         except CubicleError as exc:
@@ -170,6 +180,7 @@ class TaskRun:
     # --- steps ------------------------------------------------------------------------------
 
     def _step_done(self, step: StepRecord) -> None:
+        self.last_step = step
         point = step.grounded[0] if step.grounded else None
         self.on_step(
             TaskStep(

@@ -27,6 +27,9 @@ from desktop.protocol.models import ImageFormat
 from streaming.capture import DamagedScreen
 from streaming.pointer import Pointer, blend, read_pointer
 
+IDLE_CORES = 0.02
+"""CPU the desktop's programs use or wait for, in cores, at or below which they are idle:
+a millisecond in 50 (the X server answering the settle's own looks costs a tenth of that)."""
 BUSY_CORES = 0.1
 """CPU the desktop's programs use or wait for, in cores, above which the screen is not
 settled."""
@@ -212,16 +215,24 @@ class ScreenCapture:
             return True
         return False
 
-    def _look_sync(self, busy_cpu_s: Callable[[], float] | None) -> tuple[bool, float | None]:
-        """Whether anything was drawn since the last look, and the CPU reading then."""
-        changed = self._changed_sync()
-        return changed, busy_cpu_s() if busy_cpu_s is not None else None
+    def _look_sync(
+        self, busy_cpu_s: Callable[[], float] | None, wanting: Callable[[], int] | None
+    ) -> tuple[bool, float | None, int]:
+        """The CPU reading, then whether anything was drawn since the last look (in this
+        order, so the X server is not still answering the previous look when its state is
+        read): (drawn, CPU seconds, programs wanting a CPU)."""
+        cpu = busy_cpu_s() if busy_cpu_s is not None else None
+        want = wanting() if wanting is not None else 0
+        return self._changed_sync(), cpu, want
 
     async def wait_for_settle(
         self,
         quiet_ms: int,
         timeout_ms: int,
         busy_cpu_s: Callable[[], float] | None = None,
+        *,
+        idle_ms: int | None = None,
+        wanting: Callable[[], int] | None = None,
     ) -> bool:
         """Return True once the last `quiet_ms` milliseconds were quiet: nothing drawn and,
         with `busy_cpu_s` (seconds of CPU the desktop's programs have used or waited for so
@@ -229,24 +240,33 @@ class ScreenCapture:
         building a dialog can compute for half a second before it draws anything. Returns
         False if it was still busy after `timeout_ms` milliseconds.
 
+        With `idle_ms` (shorter than `quiet_ms`) and `busy_cpu_s`, it returns True sooner:
+        once nothing was drawn for `idle_ms` while the programs wanted at most `IDLE_CORES`
+        and, with `wanting` (how many of them want a CPU or a disk now), none wants one at
+        the last look. A program about to draw an action's effect is running, waiting for a
+        core or reading a file until it has drawn it; one that is idle has drawn all it will
+        without a new event or timer.
+
         X DAMAGE says whether anything was drawn, so waiting costs no grabs. The screen and
         the CPU are looked at together every 20 ms (a fifth of `quiet_ms` when that is
-        shorter), and once more when `quiet_ms` without drawing will be up before the next
-        look, so a quiet screen is seen as such within a look of it.
+        shorter; with `idle_ms`, 10 ms), and once more when `quiet_ms` (or `idle_ms`) without
+        drawing will be up before the next look, so a quiet screen is seen as such within a
+        look of it.
         """
         loop = asyncio.get_running_loop()
         quiet = quiet_ms / 1000
-        interval = min(0.02, quiet / 5)
-        look = functools.partial(self._look_sync, busy_cpu_s)
-        _, cpu = await loop.run_in_executor(self._executor, look)
+        idle = idle_ms / 1000 if idle_ms and idle_ms < quiet_ms and busy_cpu_s else None
+        interval = min(0.01 if idle else 0.02, quiet / 5)
+        look = functools.partial(self._look_sync, busy_cpu_s, wanting)
+        _, cpu, _ = await loop.run_in_executor(self._executor, look)
         drawn_at = time.monotonic()  # what the action drew so far belongs to the action
         deadline = drawn_at + timeout_ms / 1000
         # (time, CPU reading) of the looks since the latest one at least `quiet` old
         marks = collections.deque([(drawn_at, cpu)])
         while True:
-            until_quiet = drawn_at + quiet - time.monotonic()
-            await asyncio.sleep(until_quiet if 0 < until_quiet < interval else interval)
-            changed, cpu = await loop.run_in_executor(self._executor, look)
+            until = drawn_at + (idle or quiet) - time.monotonic()
+            await asyncio.sleep(until if 0 < until < interval else interval)
+            changed, cpu, want = await loop.run_in_executor(self._executor, look)
             now = time.monotonic()
             if changed:
                 drawn_at = now
@@ -257,6 +277,10 @@ class ScreenCapture:
                     marks.popleft()
                 then, cpu_then = marks[0]
                 busy = (cpu - cpu_then) / (now - then) > BUSY_CORES
+                if idle is not None and now - drawn_at >= idle and not want:
+                    older = [mark for mark in marks if mark[0] <= now - idle]
+                    if older and (cpu - older[-1][1]) / (now - older[-1][0]) <= IDLE_CORES:
+                        return True
             if now - drawn_at >= quiet and not busy:
                 return True
             if now >= deadline:

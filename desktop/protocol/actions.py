@@ -113,6 +113,10 @@ class WaitForSettle(_Action):
     """Milliseconds without a change that count as settled."""
     timeout_ms: Annotated[int, Field(ge=10, le=60_000)] = 5_000
     """Milliseconds after which to give up waiting."""
+    idle_ms: Annotated[int, Field(ge=10, le=10_000)] | None = None
+    """Return sooner, once nothing was drawn for this many milliseconds while the desktop's
+    programs wanted next to no CPU: an idle desktop has nothing left to draw. None (or not
+    below `quiet_ms`): wait the whole `quiet_ms`."""
 
 
 Action = Annotated[

@@ -35,6 +35,9 @@ class SandboxSpec:
     """Disk the sandbox may fill (home, /tmp, uploads), in MiB."""
     max_file_bytes: int
     """Largest file the guest accepts through the files API, in bytes."""
+    nice: int = 0
+    """CPU niceness to boot at (a warm pool's spare: 19), until `Sandbox.foreground()`;
+    runtimes that cannot lower a sandbox's priority ignore it."""
 
 
 class Sandbox(abc.ABC):
@@ -55,6 +58,9 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def stop(self) -> None:
         """End the sandbox and everything in it, and free its resources; idempotent."""
+
+    async def foreground(self) -> None:  # noqa: B027 - runtimes without priorities ignore it
+        """Raise a sandbox started `nice` to normal priority; idempotent."""
 
     @abc.abstractmethod
     def pids(self) -> list[int]:

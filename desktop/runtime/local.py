@@ -29,7 +29,7 @@ import desktop
 from desktop.guest_client import GuestEndpoint
 from desktop.protocol.errors import CapacityReached, SandboxStartError
 from desktop.protocol.models import GuestEvent
-from desktop.runtime import cgroups
+from desktop.runtime import cgroups, priority
 from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
 from desktop.runtime.pipes import PipeReader
 
@@ -52,6 +52,9 @@ ETC_ALLOWLIST = (
     "python3", "python3.11", "services", "shells", "ssl", "timezone", "vim", "X11", "xdg",
 )  # fmt: skip
 """What of the host's /etc a desktop may read: configuration of the programs it runs."""
+
+FONT_CACHE = Path("/var/cache/fontconfig")
+"""The system's font cache (`fc-cache`), shared read-only with every desktop."""
 
 IMAGES = Path(desktop.__file__).resolve().parent.parent / "images"
 HOME_SKELETON = IMAGES / "home"
@@ -126,6 +129,7 @@ class LocalSandbox(Sandbox):
         self._slirp: asyncio.subprocess.Process | None = None
         self._last_failure: str | None = None
         self._stopped = False
+        self._niced = spec.nice > 0 and priority.can_raise()
 
     async def events(self) -> AsyncIterator[GuestEvent]:
         while line := await self._status.readline():
@@ -159,6 +163,18 @@ class LocalSandbox(Sandbox):
             with contextlib.suppress(FileNotFoundError):
                 return self._cgroup.pids()
         return [self._process.pid]
+
+    async def foreground(self) -> None:
+        if not self._niced:
+            return
+        self._niced = False
+
+        def everything() -> list[int]:
+            if self._cgroup is not None:
+                return self.pids()
+            return priority.descendants(self._process.pid)
+
+        await asyncio.to_thread(priority.raise_to_normal, everything)
 
     async def stop(self) -> None:
         if self._stopped:
@@ -279,6 +295,8 @@ class LocalRuntime(Runtime):
                 argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
         argv += ["--dir", "/var/tmp", "--dir", f"/run/user/{GUEST_UID}"]
+        if FONT_CACHE.is_dir():  # without it, every GTK program scans each font file at start
+            argv += ["--ro-bind", str(FONT_CACHE), str(FONT_CACHE)]
         argv += binds.args
         argv += ["--chdir", GUEST_HOME, "--info-fd", str(info_fd)]
         argv += [
@@ -386,6 +404,7 @@ class LocalRuntime(Runtime):
                 "--",
             ]
         launcher = [
+            *(priority.nice_argv(spec.nice) if spec.nice and priority.can_raise() else []),
             "/bin/sh",
             "-c",
             'for f in $CUBICLE_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"',
@@ -447,6 +466,8 @@ class LocalRuntime(Runtime):
         sandbox = LocalSandbox(spec, directory, process, status, cgroup, release)
         try:
             info = await asyncio.wait_for(asyncio.to_thread(_read_json, info_r), 10)
+            if sandbox._niced:  # bwrap's --new-session made a session group at nice 0
+                await asyncio.to_thread(priority.lower_group, info["child-pid"], spec.nice)
             if spec.network:
                 await sandbox.attach_network(info["child-pid"])
         except BaseException:
