@@ -62,8 +62,9 @@ def _attempts(count: int) -> str:
 class ChatModel:
     """One model behind one endpoint, for one role ("planner").
 
-    Each request may take `timeout_s` seconds; timeouts, connection errors, 5xx and 429 are
-    retried `max_retries` times, `retry_backoff_s` then twice that… apart. `temperature`
+    Each request may take `timeout_s` seconds; timeouts, connection errors, 5xx, 429 and
+    answers that are no chat completion (a proxy's error page) are retried `max_retries`
+    times, `retry_backoff_s` then twice that… apart. `temperature`
     None leaves the server's default. Building it connects to nothing.
     """
 
@@ -133,19 +134,28 @@ class ChatModel:
                     ) from exc
                 reason = "connection error"
             except (openai.APIResponseValidationError, json.JSONDecodeError) as exc:
+                # A proxy's error page, a server restarting: as passing as a 502.
                 body = exc.doc if isinstance(exc, json.JSONDecodeError) else str(exc.body)
-                raise self._not_a_completion(body, attempt) from exc
+                if attempt == attempts:
+                    raise self._not_a_completion(body, attempt) from exc
+                reason = "an answer that is not a chat completion"
             else:
-                text = self._answer_text(completion, attempt)
-                elapsed_ms = (time.monotonic() - started) * 1000
-                usage = getattr(completion, "usage", None)
-                return Completion(
-                    text=text,
-                    elapsed_ms=elapsed_ms,
-                    attempts=attempt,
-                    prompt_tokens=getattr(usage, "prompt_tokens", None),
-                    completion_tokens=getattr(usage, "completion_tokens", None),
-                )
+                try:
+                    text = self._answer_text(completion, attempt)
+                except ModelError:
+                    if attempt == attempts:
+                        raise
+                    reason = "an answer that is not a chat completion"
+                else:
+                    elapsed_ms = (time.monotonic() - started) * 1000
+                    usage = getattr(completion, "usage", None)
+                    return Completion(
+                        text=text,
+                        elapsed_ms=elapsed_ms,
+                        attempts=attempt,
+                        prompt_tokens=getattr(usage, "prompt_tokens", None),
+                        completion_tokens=getattr(usage, "completion_tokens", None),
+                    )
             log.warning(
                 "%s model %s: %s (attempt %d of %d), retrying in %.1f s",
                 self.role,

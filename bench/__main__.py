@@ -29,9 +29,11 @@ from bench import (
     grounding,
     live,
     microvm,
+    load,
     pointer,
     ray,
     screenshot,
+    soak,
 )
 from bench._run import Options, machine, progress
 
@@ -49,6 +51,8 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "evals": lambda options: evals.run(options.quick),
     "ray": ray.run,
     "microvm": microvm.run,
+    "load": load.run,
+    "soak": soak.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -59,11 +63,12 @@ def _parse(argv: list[str] | None) -> tuple[list[str], Options]:
     parser.add_argument("names", nargs="*", metavar="name", help=f"any of {', '.join(BENCHMARKS)}")
     parser.add_argument("--quick", action="store_true", help="smoke run: fewer samples (< 90 s)")
     parser.add_argument("--max-desktops", type=int, default=40, help="density: most desktops")
+    parser.add_argument("--soak-seconds", type=float, default=None, help="soak: how long")
     args = parser.parse_args(argv)
     unknown = [name for name in args.names if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark {', '.join(unknown)}: pick from {', '.join(BENCHMARKS)}")
-    return args.names or list(BENCHMARKS), Options(args.quick, args.max_desktops)
+    return args.names or list(BENCHMARKS), Options(args.quick, args.max_desktops, args.soak_seconds)
 
 
 def _run_one(name: str, options: Options) -> tuple[dict[str, Any], bool]:

@@ -19,6 +19,8 @@ class Options:
     """A smoke run: fewer samples, shorter settling."""
     max_desktops: int
     """Most desktops the density benchmark starts."""
+    soak_seconds: float | None = None
+    """How long the soak runs; None: 10 minutes (60 s with `quick`)."""
 
 
 @dataclass(frozen=True)

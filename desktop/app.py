@@ -20,6 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from desktop.api import desktops, pool
 from desktop.api.auth import load_or_create_token, require_token
 from desktop.api.errors import install as install_error_handlers
+from desktop.api.openapi import install as install_openapi
 from desktop.manager import SandboxManager
 from desktop.services import Room, Services
 from desktop.settings import Settings, get_settings
@@ -66,6 +67,7 @@ def create_app(
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    install_openapi(app)
     app.include_router(desktops.router, dependencies=[Depends(require_token)])
     app.include_router(pool.router, dependencies=[Depends(require_token)])
     for room in rooms:

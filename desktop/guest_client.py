@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 from pydantic import BaseModel
 
 from desktop._http1 import Http1Error, Pool, Timeouts, _Connection
-from desktop.protocol.errors import GuestUnreachable, raise_for_status
+from desktop.protocol.errors import DesktopGone, GuestUnreachable, raise_for_status
 
 M = TypeVar("M", bound=BaseModel)
 JSON = "application/json"
@@ -88,6 +88,14 @@ class GuestClient:
         if endpoint.secret:
             fixed += b"authorization: Bearer %s\r\n" % endpoint.secret.encode()
         self._fixed_headers = fixed
+        self._ended: str | None = None
+        """Why the desktop ended, once `close` was told: later failures say that."""
+
+    def _unreachable(self, what: str, exc: Http1Error) -> Exception:
+        """The error for a failed exchange: the desktop's end, if that is what cut it."""
+        if self._ended is not None:
+            return DesktopGone(self._ended)
+        return GuestUnreachable(f"{what}: {exc}")
 
     async def _connect(self, protocol):
         loop = asyncio.get_running_loop()
@@ -124,9 +132,8 @@ class GuestClient:
         try:
             return await self._pool.exchange(head, content, timeouts)
         except Http1Error as exc:
-            raise GuestUnreachable(
-                f"the desktop's guest daemon did not answer ({self.endpoint}): {exc}"
-            ) from exc
+            what = f"the desktop's guest daemon did not answer ({self.endpoint})"
+            raise self._unreachable(what, exc) from exc
 
     async def request(
         self,
@@ -153,7 +160,7 @@ class GuestClient:
         try:
             body = await self._pool.read_all(conn, timeouts)
         except Http1Error as exc:
-            raise GuestUnreachable(f"the desktop's guest stopped answering: {exc}") from exc
+            raise self._unreachable("the desktop's guest stopped answering", exc) from exc
         raise_for_status(conn.status_code, body)
         return body
 
@@ -178,5 +185,9 @@ class GuestClient:
         finally:
             self._pool.release(conn)
 
-    async def close(self) -> None:
+    async def close(self, reason: str | None = None) -> None:
+        """Close every connection; `reason` (why the desktop ended) becomes the
+        `DesktopGone` of requests cut short by it or sent after it."""
+        if reason is not None and self._ended is None:
+            self._ended = reason
         await self._pool.aclose()

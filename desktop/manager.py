@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import time
 import uuid
@@ -40,8 +41,10 @@ from desktop.protocol.errors import (
     DesktopNotFound,
     DesktopStarting,
     InvalidRequest,
+    DiskFull,
     SandboxStartError,
 )
+from desktop.protocol.lanes import Lane, desktop_lanes
 from desktop.protocol.models import Screen
 from desktop.runtime import Found, Runtime, Sandbox, SandboxSpec, make_runtime
 from desktop.settings import Settings
@@ -73,6 +76,10 @@ class _Desktop:
     sandbox: Sandbox | None = None
     client: GuestClient | None = None
     watcher: asyncio.Task | None = None
+    degraded: str | None = None
+    """The guest's last `degraded` report: what broke inside and what it did about it."""
+    lanes: dict[str, Lane] = field(default_factory=desktop_lanes)
+    """Bounded lines for the desktop's slow calls (`desktop.protocol.lanes`)."""
 
     def info(self) -> DesktopInfo:
         expires = None
@@ -88,6 +95,7 @@ class _Desktop:
             timeout_s=self.timeout_s,
             expires_at=expires,
             reason=self.reason,
+            degraded=self.degraded,
             startup_ms=self.startup_ms,
             from_pool=self.from_pool,
             runtime=self.runtime,
@@ -250,6 +258,13 @@ class SandboxManager:
             reason = str(exc) if isinstance(exc, SandboxStartError) else None
             if isinstance(exc, TimeoutError):
                 reason = f"the desktop was not drawn within {timeout_s:.0f} s"
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                if record.sandbox is not None:
+                    await record.sandbox.stop()
+                raise DiskFull(
+                    f"desktop {spec.id} did not start: the disk of {self.settings.data_dir} "
+                    "is full; free some space and try again"
+                ) from exc
             if record.sandbox is not None:
                 await record.sandbox.stop()
             if reason is not None:
@@ -325,8 +340,10 @@ class SandboxManager:
     async def _watch(self, record: _Desktop) -> None:
         """Drain the guest's events and mark the desktop failed when its sandbox ends."""
         assert record.sandbox is not None
-        async for _ in record.sandbox.events():
-            pass
+        async for event in record.sandbox.events():
+            if event.event == "degraded":
+                log.warning("desktop %s degraded: %s", record.spec.id, event.reason)
+                record.degraded = event.reason
         reason = await record.sandbox.wait()
         if record.status == "ready":
             log.warning("desktop %s failed: %s", record.spec.id, reason)
@@ -344,7 +361,7 @@ class SandboxManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         if record.client is not None:
-            await record.client.close()
+            await record.client.close(f"desktop {record.spec.id} is {status}: {reason}")
         if record.sandbox is not None:
             await record.sandbox.stop()
         self.events.emit(DesktopEnded(record.spec.id, status, reason))
@@ -375,6 +392,10 @@ class SandboxManager:
             raise DesktopGone(f"desktop {desktop_id} is {record.status}: {record.reason}")
         record.last_used = time.monotonic()
         return record.client
+
+    def lane(self, desktop_id: str, kind: str) -> Lane:
+        """The desktop's lane for a slow kind of call: `screenshot`, `files` or `a11y`."""
+        return self._record(desktop_id).lanes[kind]
 
     async def run_actions(
         self, desktop_id: str, actions: Sequence[a.Action], *, source: ActionSource

@@ -81,6 +81,9 @@ class DesktopInfo(BaseModel):
     """When the desktop stops if nothing touches it."""
     reason: str | None = None
     """Why the desktop failed or stopped."""
+    degraded: str | None = None
+    """What last went wrong inside the running desktop and what was done about it (e.g.
+    `xfwm4 exited with status -9: started it again`); None while nothing did."""
     startup_ms: float | None = None
     """Milliseconds the desktop took from start to drawn."""
     from_pool: bool = False
@@ -129,7 +132,8 @@ class SetTimeout(BaseModel):
 # --- live view: recordings and share links ----------------------------------------------
 
 ActionSource = Literal["api", "viewer"]
-RecordingStatus = Literal["recording", "finished", "failed"]
+RecordingStatus = Literal["recording", "finished", "failed", "interrupted"]
+"""`interrupted`: the service stopped while recording; the video holds what was written."""
 
 
 class ActionEntry(BaseModel):

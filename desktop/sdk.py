@@ -71,6 +71,21 @@ def _connection(base_url: str | None, token: str | None) -> tuple[str, str]:
     return base_url.rstrip("/"), token
 
 
+BUSY_RETRIES = 3
+"""Times a call answered `busy` (429, too many slow calls wait on the desktop) is sent again."""
+_MAX_BUSY_WAIT_S = 5.0
+
+
+def _busy_wait_s(response: httpx.Response) -> float | None:
+    """Seconds to wait before sending again a call answered `busy`; None for any other."""
+    if response.status_code != 429 or b'"busy"' not in response.content[:64]:
+        return None
+    try:
+        return min(float(response.headers.get("retry-after", "1")), _MAX_BUSY_WAIT_S)
+    except ValueError:
+        return 1.0
+
+
 class _Api:
     """An authenticated HTTP client for the service: every answer, or a `CubicleError`."""
 
@@ -83,8 +98,22 @@ class _Api:
         )
 
     async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One call; a `busy` answer (nothing ran) is sent again after its `Retry-After`,
+        up to `BUSY_RETRIES` times, before it is raised as `Busy`."""
+        for _ in range(BUSY_RETRIES):
+            response = await self._send(method, path, **kwargs)
+            wait_s = _busy_wait_s(response)
+            if wait_s is None:
+                break
+            await asyncio.sleep(wait_s)
+        else:
+            response = await self._send(method, path, **kwargs)
+        raise_for_status(response.status_code, response.content)
+        return response
+
+    async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = await self.http.request(method, path, **kwargs)
+            return await self.http.request(method, path, **kwargs)
         except httpx.TimeoutException as exc:
             raise ServiceUnreachable(
                 f"the Cubicle service at {self.url} did not answer {method} {path} in time "
@@ -95,8 +124,6 @@ class _Api:
                 f"cannot reach the Cubicle service at {self.url} ({exc or type(exc).__name__}): "
                 "is it running? Start it with ./scripts/serve.sh, or set CUBICLE_URL"
             ) from exc
-        raise_for_status(response.status_code, response.content)
-        return response
 
     async def model(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
         """Call, and read the answer as `model`."""

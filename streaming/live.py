@@ -29,6 +29,7 @@ from streaming.hub import FrameHub, HubStats
 from streaming.mjpeg import JpegFeed
 from streaming.overlay import Marker, OverlayMessage
 from streaming.recording import Recorder, read_log
+from streaming.recovery import recover_interrupted
 from streaming.source import VideoStats
 from streaming.webrtc import WebRtcViewer
 
@@ -212,6 +213,8 @@ class LiveDesktops:
             logging.getLogger("aioice").setLevel(logging.WARNING)
         self._manager = services.manager
         self.recordings = services.settings.data_dir / "recordings"
+        for info in await asyncio.to_thread(recover_interrupted, self.recordings):
+            log.warning("recording %s of desktop %s: %s", info.id, info.desktop_id, info.reason)
         self._unsubscribe = services.manager.events.subscribe(self._on_event)
         services.add(self)
 

@@ -13,7 +13,11 @@ ripples, drag paths, scroll marks, captions of typed text and keys): its frames 
 a `streaming.burnin.BurnIn` (decode, draw, encode) before they are muxed.
 
 Files, in the recordings directory of the desktop: `<id>.mp4.part` while recording, then
-`<id>.mp4` and `<id>.json` (the `ActionLog`).
+`<id>.mp4` and `<id>.json` (the `ActionLog`). The MP4 is fragmented (a fragment at least
+every second) and the log is saved about once a second while recording, so a service killed
+mid-recording leaves a video that plays up to its last fragment and the actions logged until
+then: the next start of the service finishes such files as `interrupted`
+(`streaming.recovery`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterable
 from datetime import UTC, datetime
@@ -46,13 +51,23 @@ LAST_FRAME_TIMEOUT_S = 2.0
 _MICROSECONDS = Fraction(1, 1_000_000)
 _MIN_LAST_US = 33_333
 """Shortest duration given to the last frame: one frame at 30 fps."""
+_FRAGMENTED = {
+    # moov first (once the first frame gave the codec's parameters), then a fragment per
+    # keyframe or per second: what was written plays even if the file is never closed.
+    "movflags": "+frag_keyframe+empty_moov+delay_moov+default_base_moof",
+    "frag_duration": "1000000",
+    "flush_packets": "1",
+}
+_STILL_S = 2.0
+"""Seconds without a frame after which a recording asks for a keyframe, so that the last
+fragment reaches the disk (a still screen costs a keyframe every 2 s)."""
 
 
 class _Mp4Writer:
     """An MP4 file being written from Annex-B H.264 access units; blocking, use in a thread."""
 
     def __init__(self, path: Path, width: int, height: int) -> None:
-        self._container = av.open(str(path), "w", format="mp4", options={"movflags": "+faststart"})
+        self._container = av.open(str(path), "w", format="mp4", options=_FRAGMENTED)
         self._stream = self._container.add_stream("h264")
         self._stream.width, self._stream.height = width, height
         self._stream.time_base = _MICROSECONDS
@@ -97,6 +112,8 @@ class Recorder:
         self._pending_at = 0
         """Hub-clock microseconds from which the pending frame shows."""
         self._first = asyncio.Event()
+        self._saved = (-1, 0.0)
+        """(actions, `time.monotonic()`) at the last save of the log while recording."""
         self._closing_at: int | None = None
         """Hub-clock microseconds of the stop, once it began."""
         self._last = asyncio.Event()
@@ -162,8 +179,19 @@ class Recorder:
 
     async def _run(self, frames: AsyncIterable[EncodedFrame]) -> None:
         assert self._t0 is not None
+        iterator = aiter(frames)
         try:
-            async for frame in frames:
+            while True:
+                try:
+                    frame = await asyncio.wait_for(anext(iterator), _STILL_S)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    # A still screen sends nothing, and a fragment is cut only when a frame
+                    # comes: a keyframe now puts what was recorded so far safely on disk.
+                    if self._writer is not None:
+                        self._hub.request_keyframe()
+                    continue
                 if self._writer is None:
                     self._writer = await asyncio.to_thread(
                         _Mp4Writer, self._part, frame.width, frame.height
@@ -187,9 +215,21 @@ class Recorder:
                 self._subscription.close()
 
     async def _write(self, frame: EncodedFrame, start_us: int, end_us: int) -> None:
-        """Write a frame shown from `start_us` to `end_us` (hub clock)."""
+        """Write a frame shown from `start_us` to `end_us` (hub clock), and about once a
+        second the log so far."""
         assert self._writer is not None and self._t0 is not None
-        await asyncio.to_thread(self._writer.write, frame, start_us - self._t0, end_us - start_us)
+        writer, t0 = self._writer, self._t0
+        log_text = None
+        if self._saved[0] != len(self._entries) and time.monotonic() - self._saved[1] > 1:
+            self._saved = (len(self._entries), time.monotonic())
+            log_text = self.action_log().model_dump_json(indent=1)
+
+        def write() -> None:
+            writer.write(frame, start_us - t0, end_us - start_us)
+            if log_text is not None:
+                self.log_path.write_text(log_text)
+
+        await asyncio.to_thread(write)
         self._info.frames += 1
 
     async def stop(self) -> RecordingInfo:

@@ -83,7 +83,15 @@ async def add_task(task: NewTask, board: BoardDep) -> Task:
     return (await board.add([task]))[0]
 
 
-@router.post("/api/tasks/batch", status_code=201)
+_BATCH_SCHEMA = NewTasks.model_json_schema(ref_template="#/components/schemas/{model}")
+_BATCH_SCHEMA.pop("$defs", None)  # NewTask is a component of its own (POST /api/tasks)
+_BATCH_BODY = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": _BATCH_SCHEMA}}}
+}
+"""The body the batch route reads by itself (so its size is checked before parsing)."""
+
+
+@router.post("/api/tasks/batch", status_code=201, openapi_extra=_BATCH_BODY)
 async def add_tasks(request: Request, board: BoardDep) -> dict[str, Any]:
     """Queue up to 10,000 tasks at once, in order: `{"tasks": [{"text": …}, …]}`.
     Answers how many were added (and the tasks themselves when there are at most 100)."""
@@ -101,7 +109,10 @@ async def add_tasks(request: Request, board: BoardDep) -> dict[str, Any]:
 
 
 @router.delete("/api/tasks")
-async def delete_tasks(board: BoardDep, status: str | None = None) -> dict[str, int]:
+async def delete_tasks(
+    board: BoardDep,
+    status: Annotated[str, Query(min_length=1, description="e.g. queued, or done,failed")],
+) -> dict[str, int]:
     """Delete every task with these statuses (e.g. `?status=queued` clears the queue);
     running and paused tasks are never deleted: cancel them first."""
     statuses = _statuses(status)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,7 +44,7 @@ from agent.board.runner import RunPlan, TaskRun
 from agent.errors import ProfileNotFound, TaskNotFound
 from agent.settings import AgentSettings, load_settings
 from agent.store import RunStore, new_run_id
-from desktop.protocol.errors import Conflict, InvalidRequest, ServiceUnreachable
+from desktop.protocol.errors import Conflict, DiskFull, InvalidRequest, ServiceUnreachable
 from desktop.sdk import wait_for_service
 
 log = logging.getLogger("cubicle.board")
@@ -88,10 +89,20 @@ class Board:
         """Hooks of the rooms that tag tasks, by tag prefix (see `agent.board.hooks`)."""
 
     async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a database call on the board's thread; a full disk is `DiskFull` (each
+        change is one transaction, so a refused one left nothing behind)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, functools.partial(method, *args, **kwargs)
-        )
+        try:
+            return await loop.run_in_executor(
+                self._executor, functools.partial(method, *args, **kwargs)
+            )
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_FULL:
+                raise
+            raise DiskFull(
+                f"the board's database cannot grow: the disk of {self.data_dir} is full; "
+                "nothing of this change was kept: free some space and try again"
+            ) from exc
 
     @property
     def db(self) -> TaskDB:

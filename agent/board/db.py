@@ -114,7 +114,8 @@ class TaskDB:
         try:
             yield
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # SQLite rolled back by itself on a full disk
+                self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
 

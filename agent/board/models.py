@@ -75,6 +75,8 @@ class TaskEdit(_In):
 class TaskMove(_In):
     """Where a queued task goes: before or after another queued task, or to an end."""
 
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
+
     before: int | None = None
     after: int | None = None
     to: Literal["top", "bottom"] | None = None
@@ -82,7 +84,7 @@ class TaskMove(_In):
     @model_validator(mode="after")
     def _one_place(self) -> TaskMove:
         given = [name for name in ("before", "after", "to") if getattr(self, name) is not None]
-        if len(given) != 1:
+        if len(given) != 1 or len(self.model_fields_set) != 1:
             raise ValueError('give exactly one of "before", "after" or "to"')
         return self
 

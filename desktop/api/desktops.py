@@ -107,19 +107,29 @@ async def run_actions(
 
 
 @router.get("/{desktop_id}/screenshot", response_class=Response)
-async def screenshot(guest: GuestDep, params: Annotated[ScreenshotQuery, Query()]) -> Response:
-    """The screen as an image; `X-Scale` is screen pixels per image pixel."""
-    answer = await guest.request(
-        "GET", "/screenshot", params=params.model_dump(exclude_none=True, mode="json")
-    )
+async def screenshot(
+    desktop_id: str,
+    guest: GuestDep,
+    manager: ManagerDep,
+    params: Annotated[ScreenshotQuery, Query()],
+) -> Response:
+    """The screen as an image; `X-Scale` is screen pixels per image pixel. A few are made
+    at once per desktop; past a short line, 429 with `Retry-After`."""
+    async with manager.lane(desktop_id, "screenshot").slot():
+        answer = await guest.request(
+            "GET", "/screenshot", params=params.model_dump(exclude_none=True, mode="json")
+        )
     headers = {k: v for k, v in answer.headers.items() if k in _PASSED_HEADERS}
     headers["cache-control"] = "no-store"
     return Response(answer.content, headers=headers, media_type=_IMAGE_TYPES[params.image_format])
 
 
-@router.get("/{desktop_id}/cursor")
-async def cursor(guest: GuestDep) -> CursorPosition:
-    return (await guest.request("GET", "/cursor")).model(CursorPosition)
+@router.get("/{desktop_id}/cursor", response_model=CursorPosition)
+async def cursor(guest: GuestDep) -> Response:
+    """Where the pointer is (the guest's answer, checked, passed on as it came)."""
+    answer = await guest.request("GET", "/cursor")
+    answer.model(CursorPosition)
+    return _json(answer)
 
 
 _WINDOWS = TypeAdapter(list[WindowInfo])
@@ -141,9 +151,12 @@ async def window_op(
 
 
 @router.get("/{desktop_id}/a11y")
-async def accessibility(guest: GuestDep, params: Annotated[A11yQuery, Query()]) -> A11yTree:
+async def accessibility(
+    desktop_id: str, guest: GuestDep, manager: ManagerDep, params: Annotated[A11yQuery, Query()]
+) -> A11yTree:
     """The accessibility (AT-SPI) tree: roles, names, states, boxes in screen pixels."""
-    answer = await guest.request("GET", "/a11y", params=params.model_dump(exclude_none=True))
+    async with manager.lane(desktop_id, "a11y").slot():
+        answer = await guest.request("GET", "/a11y", params=params.model_dump(exclude_none=True))
     return answer.model(A11yTree)
 
 
@@ -166,18 +179,32 @@ async def exec_command(guest: GuestDep, body: ExecRequest) -> Response:
 
 
 @router.get("/{desktop_id}/files", response_model=list[FileEntry])
-async def read_file(guest: GuestDep, params: Annotated[FilesQuery, Query()]) -> Response:
+async def read_file(
+    desktop_id: str, guest: GuestDep, manager: ManagerDep, params: Annotated[FilesQuery, Query()]
+) -> Response:
     """A file's bytes, or a directory's listing as JSON."""
-    answer = await guest.request("GET", "/files", params=params.model_dump())
+    async with manager.lane(desktop_id, "files").slot():
+        answer = await guest.request("GET", "/files", params=params.model_dump())
     if answer.headers.get("content-type") == "application/json":  # a directory's listing
         listing = _ENTRIES.validate_json(answer.content)  # checked, never passed on blind
         return Response(_ENTRIES.dump_json(listing), media_type="application/json")
     return Response(answer.content, media_type="application/octet-stream")
 
 
-@router.put("/{desktop_id}/files")
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+"""The upload's body as the route reads it: raw bytes (up to CUBICLE_MAX_UPLOAD_MB)."""
+
+
+@router.put("/{desktop_id}/files", openapi_extra=_UPLOAD_BODY)
 async def write_file(
+    desktop_id: str,
     guest: GuestDep,
+    manager: ManagerDep,
     settings: SettingsDep,
     params: Annotated[FilesQuery, Query()],
     request: Request,
@@ -194,7 +221,10 @@ async def write_file(
         data += chunk
         if len(data) > limit:
             raise PayloadTooLarge(f"upload is over the {limit}-byte limit (CUBICLE_MAX_UPLOAD_MB)")
-    answer = await guest.request("PUT", "/files", params=params.model_dump(), content=bytes(data))
+    async with manager.lane(desktop_id, "files").slot():
+        answer = await guest.request(
+            "PUT", "/files", params=params.model_dump(), content=bytes(data)
+        )
     return answer.model(FileEntry)
 
 

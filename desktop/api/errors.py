@@ -28,7 +28,11 @@ def response_for(exc: Exception) -> Response:
         status = e.status_for(exc)
         if status >= 500:
             log.warning("%s: %s", exc.code, exc.message)
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, e.AuthError) else None
+        headers = None
+        if isinstance(exc, e.AuthError):
+            headers = {"WWW-Authenticate": "Bearer"}
+        elif isinstance(exc, e.Busy):
+            headers = {"Retry-After": str(exc.retry_after_s)}
         return _answer(e.ErrorBody.of(exc), status, headers)
     if isinstance(exc, RequestValidationError):
         detail = e.describe_validation(list(exc.errors()))

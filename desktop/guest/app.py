@@ -147,14 +147,15 @@ class GuestRoutes:
     async def screenshot(self, request: Request) -> Response:
         params = query(request, ScreenshotQuery)
         guest = self.alive()
-        await guest.input_processed()  # a click just answered is in the picture's past
-        shot = await guest.screen.screenshot(
-            params.image_format,
-            quality=params.quality,
-            max_width=params.max_width,
-            max_height=params.max_height,
-            cursor=params.cursor,
-        )
+        async with guest.lanes["screenshot"].slot():
+            await guest.input_processed()  # a click just answered is in the picture's past
+            shot = await guest.screen.screenshot(
+                params.image_format,
+                quality=params.quality,
+                max_width=params.max_width,
+                max_height=params.max_height,
+                cursor=params.cursor,
+            )
         headers = {
             "X-Screen-Width": str(guest.width),
             "X-Screen-Height": str(guest.height),
@@ -192,8 +193,11 @@ class GuestRoutes:
 
     async def accessibility(self, request: Request) -> Response:
         params = query(request, A11yQuery)
-        self.alive()
-        tree = await asyncio.to_thread(a11y.snapshot, app=params.app, max_depth=params.max_depth)
+        guest = self.alive()
+        async with guest.lanes["a11y"].slot():
+            tree = await asyncio.to_thread(
+                a11y.snapshot, app=params.app, max_depth=params.max_depth
+            )
         return answer(tree)
 
     async def run_command(self, request: Request) -> Response:
@@ -216,7 +220,8 @@ class GuestRoutes:
         system = self.guest.system
         resolved, entry = system.stat_path(path)
         if entry.type == "dir":
-            listing = await asyncio.to_thread(system.list_dir, resolved)
+            async with self.guest.lanes["files"].slot():
+                listing = await asyncio.to_thread(system.list_dir, resolved)
             return Response(_entries.dump_json(listing), media_type="application/json")
         return FileResponse(resolved, media_type="application/octet-stream")
 
@@ -232,7 +237,8 @@ class GuestRoutes:
             data += chunk
             if len(data) > limit:
                 raise PayloadTooLarge(f"upload is over the {limit}-byte limit")
-        return answer(await asyncio.to_thread(system.write, path, bytes(data)))
+        async with self.guest.lanes["files"].slot():
+            return answer(await asyncio.to_thread(system.write, path, bytes(data)))
 
     async def delete_file(self, request: Request) -> Response:
         path = query(request, FilesQuery).path

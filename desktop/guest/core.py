@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from desktop.guest import session as desktop_session
+from desktop.protocol.lanes import desktop_lanes
 
 if TYPE_CHECKING:
     from Xlib.display import Display
@@ -49,6 +50,8 @@ class Guest:
         self.fitter = WindowFitter(session.display)
         """Shrinks windows larger than the screen (GTK's file chooser) to fit it."""
         self.system = System(home, session.env, max_file_bytes)
+        self.lanes = desktop_lanes()
+        """Bounded lines for slow calls (screenshots, files, a11y): past them, `Busy`."""
 
     # The screen and the video load numpy, Pillow, mss and PyAV (10 MB of an idle guest's
     # 37 MB of private memory, and 0.15 CPU-seconds of its start): on first use, not before.

@@ -170,6 +170,10 @@ async def serve(args: argparse.Namespace) -> int:
                 status.event(GuestEvent(event="failed", reason=dead))
                 server.should_exit = True
                 break
+            if session.dead_components():  # the desktop goes on, degraded: say so, revive
+                for note in await asyncio.to_thread(session.revive):
+                    log.warning("%s", note)
+                    status.event(GuestEvent(event="degraded", reason=note))
             await asyncio.sleep(0.2)
         await serving
     except Exception as exc:  # the host must hear why the desktop did not come up

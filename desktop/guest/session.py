@@ -40,6 +40,9 @@ XFCE_COMPONENTS: tuple[tuple[str, ...], ...] = (
     ("xfdesktop",),
 )
 """The programs that make the XFCE desktop, started in this order without waiting."""
+MAX_RESTARTS = 5
+"""Times one XFCE component is started again after it exited, before the guest gives up
+on it (the desktop then stays degraded, with the reason)."""
 
 
 @dataclass
@@ -67,6 +70,34 @@ class Session:
                 name = os.path.basename(str(proc.args[0]))
                 return f"{name} exited with status {code}"
         return None
+
+    restarts: dict[str, int] = field(default_factory=dict)
+    """How many times each XFCE component was started again after it exited."""
+
+    def dead_components(self) -> bool:
+        """Whether an XFCE component (window manager, panel, desktop, settings) exited."""
+        return any(proc.poll() is not None for proc in self.processes[1:])
+
+    def revive(self) -> list[str]:
+        """Start again every XFCE component that exited, up to `MAX_RESTARTS` times each;
+        what happened, one line per component (blocking: a fork and exec each)."""
+        notes = []
+        for index, proc in enumerate(self.processes[1:], start=1):
+            code = proc.poll()
+            if code is None:
+                continue
+            name = os.path.basename(str(proc.args[0]))
+            count = self.restarts.get(name, 0)
+            if count >= MAX_RESTARTS:
+                continue
+            self.restarts[name] = count + 1
+            if count + 1 == MAX_RESTARTS:
+                note = f"{name} exited with status {code} again: not restarted any more"
+            else:
+                note = f"{name} exited with status {code}: started it again"
+            self.processes[index] = _start_component(list(proc.args), self.env)
+            notes.append(note)
+        return notes
 
     def stop(self) -> None:
         """Terminate every session process, the X server last."""
@@ -175,19 +206,16 @@ def start(
     try:
         session.processes.append(start_session_bus(env))
         for argv in XFCE_COMPONENTS:
-            session.processes.append(
-                subprocess.Popen(
-                    argv,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+            session.processes.append(_start_component(list(argv), env))
     except Exception:
         session.stop()
         raise
     return session
+
+
+def _start_component(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    quiet = subprocess.DEVNULL
+    return subprocess.Popen(argv, env=env, stdin=quiet, stdout=quiet, stderr=quiet)
 
 
 def _window_types(conn: xdisplay.Display, window_ids: list[int]) -> set[str]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import errno
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -22,6 +24,7 @@ from pathlib import Path
 from desktop.guest.cpu import CpuMeter, live_sessions
 from desktop.protocol.errors import (
     CapacityReached,
+    DiskFull,
     FileNotFound,
     InvalidRequest,
     PathNotAllowed,
@@ -53,6 +56,8 @@ CHROMIUM_FLAGS = (
 
 _OUTPUT_LIMIT = 10 * 1024 * 1024
 """Characters of stdout or stderr kept by a non-streamed exec; the rest is dropped."""
+_NAME_MAX = 255
+"""Bytes of one file name (a path's component) Linux file systems take."""
 _PRUNE_SESSIONS_AT = 64
 """Sessions of exec'd commands kept before those that ended are forgotten."""
 
@@ -102,6 +107,11 @@ class System:
                 "or create desktops with a higher max_pids"
             ) from exc
         except OSError as exc:
+            if exc.errno == errno.E2BIG:
+                raise InvalidRequest(
+                    "the command line or its environment is too long for Linux (128 KiB per "
+                    "string): pass long input through stdin"
+                ) from exc
             raise SandboxError(f"could not start {argv[0]!r}: {exc.strerror}") from exc
         if len(self._exec_sessions) >= _PRUNE_SESSIONS_AT:
             # Forget sessions with nobody left in them: their ids come back as new pids.
@@ -196,6 +206,12 @@ class System:
         """Resolve `~`, relative paths and links; refuse what leaves home and /tmp."""
         if "\x00" in path:
             raise InvalidRequest("path contains a NUL byte")
+        too_long = next((part for part in path.split("/") if len(part.encode()) > _NAME_MAX), None)
+        if too_long is not None:
+            raise InvalidRequest(
+                f"the file name {too_long[:40]!r}… is {len(too_long.encode())} bytes long; "
+                f"a name may have at most {_NAME_MAX}"
+            )
         raw = Path(path.replace("~", str(self.home), 1) if path.startswith("~") else path)
         resolved = (self.home / raw).resolve()
         if not any(resolved == root or root in resolved.parents for root in self._allowed):
@@ -243,10 +259,21 @@ class System:
         target = self.resolve(path)
         if target.is_dir():
             raise InvalidRequest(f"{str(target)!r} is a directory; give a file path")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
-        partial.write_bytes(data)
-        partial.replace(target)
+        partial = target.with_name(f".cubicle-upload-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_bytes(data)
+            partial.replace(target)
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(
+                    f"no room left for {len(data)} bytes at {str(target)!r}: free some space "
+                    "in the desktop (or create it with a larger disk_mb)"
+                ) from exc
+            if isinstance(exc, NotADirectoryError | FileExistsError):
+                raise InvalidRequest(f"{str(target.parent)!r} is not a directory") from exc
+            raise
         return self.entry(target)
 
     def delete(self, path: str) -> None:

@@ -13,11 +13,14 @@
     │   └── RecordingNotFound
     ├── Conflict                  the desktop's current state does not allow this now (409)
     ├── PayloadTooLarge           an upload over the configured limit (413)
+    ├── DiskFull                  the desktop's own disk (disk_mb) has no room left (507)
     ├── DesktopUnavailable        the desktop exists but cannot take calls
     │   ├── DesktopStarting       still booting (409)
     │   └── DesktopGone           failed or stopped; `reason` says why (410)
     ├── CapacityReached           no room for another desktop (429)
     │   └── NoNodeAvailable       no cluster node could take the desktop in time (503)
+    ├── Busy                      too many slow calls wait on this desktop: retry later (429,
+    │                             with `Retry-After`)
     ├── AuthError                 missing or wrong token (401)
     │   └── Forbidden             a valid token that does not allow this call (403)
     ├── ServiceUnreachable        the SDK could not reach the Cubicle service (no HTTP status)
@@ -97,6 +100,13 @@ class PayloadTooLarge(CubicleError):
     code = "payload_too_large"
 
 
+class DiskFull(CubicleError):
+    """A write inside the desktop met its disk's size (`disk_mb`): ENOSPC; or a write of the
+    service met a full disk where its data directory is. Nothing half-written was kept."""
+
+    code = "disk_full"
+
+
 class DesktopUnavailable(CubicleError):
     code = "desktop_unavailable"
 
@@ -118,6 +128,16 @@ class NoNodeAvailable(CapacityReached):
     names what was missing (a resource, memory, a node label)."""
 
     code = "no_node_available"
+class Busy(CubicleError):
+    """Too many slow calls (screenshots, files, a11y) already wait on one desktop.
+
+    Answered at once with `Retry-After` rather than queued: a client that waits behind a
+    queue it cannot see gets a later answer, and everyone else's calls wait too.
+    """
+
+    code = "busy"
+    retry_after_s = 1
+    """Seconds a client should wait before trying again (`Retry-After`)."""
 
 
 class AuthError(CubicleError):
@@ -177,11 +197,13 @@ STATUS: dict[type[CubicleError], int] = {
     NotFound: 404,
     Conflict: 409,
     PayloadTooLarge: 413,
+    DiskFull: 507,
     DesktopStarting: 409,
     DesktopGone: 410,
     DesktopUnavailable: 409,
     CapacityReached: 429,
     NoNodeAvailable: 503,
+    Busy: 429,
     AuthError: 401,
     Forbidden: 403,
     GuestUnreachable: 502,

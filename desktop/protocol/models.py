@@ -8,6 +8,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+NO_NUL = r"^[^\x00]*$"
+"""Strings that reach a program's argv, environment or a file name: a NUL byte cannot."""
+Arg = Annotated[str, Field(pattern=NO_NUL)]
+"""A string passed to a program as it is (no NUL byte)."""
+EnvName = Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[^\x00=]+$")]
+"""An environment variable's name: no NUL byte and no `=`."""
+
 
 class Screen(BaseModel):
     width: int
@@ -55,11 +62,14 @@ WindowOp = Literal["activate", "close", "maximize", "minimize"]
 class ExecRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    command: str | list[str] = Field(min_length=1)
+    command: (
+        Annotated[str, Field(min_length=1, pattern=NO_NUL)]
+        | Annotated[list[Arg], Field(min_length=1)]
+    )
     """A shell command line (run by `/bin/sh -c`) or an argv list."""
-    cwd: str | None = None
+    cwd: Annotated[str, Field(max_length=4096, pattern=NO_NUL)] | None = None
     """Working directory inside the desktop; the home directory when absent."""
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[EnvName, Arg] = Field(default_factory=dict)
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60
     """Seconds before the command's whole process group is killed."""
     stdin: str | None = None
@@ -100,15 +110,17 @@ class ClipboardText(BaseModel):
 
 class OpenRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    target: str = Field(min_length=1, max_length=4096)
+    target: str = Field(min_length=1, max_length=4096, pattern=NO_NUL)
     """A path inside the desktop or a URL, opened with the default application."""
 
 
 class LaunchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    app: str = Field(min_length=1, max_length=200)
+    app: str = Field(min_length=1, max_length=200, pattern=NO_NUL)
     """An application name: `mousepad`, `terminal`, `files`, `browser`, or a desktop-file id."""
-    args: list[str] = Field(default_factory=list, max_length=64)
+    args: list[Annotated[str, Field(max_length=32_768, pattern=NO_NUL)]] = Field(
+        default_factory=list, max_length=64
+    )
 
 
 class Launched(BaseModel):
@@ -236,7 +248,7 @@ class FilesQuery(BaseModel):
 
     model_config = _QUERY
 
-    path: Annotated[str, Field(min_length=1, max_length=4096)]
+    path: Annotated[str, Field(min_length=1, max_length=4096, pattern=NO_NUL)]
     """A path inside the desktop: absolute, or relative to (or starting with) `~`."""
 
 

@@ -31,6 +31,7 @@ from desktop.protocol.errors import CapacityReached, InvalidRequest, SandboxStar
 from desktop.protocol.models import GuestEvent
 from desktop.runtime import cgroups, priority
 from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
+from desktop.runtime.pipes import PipeReader
 
 log = logging.getLogger("cubicle.runtime.local")
 
@@ -114,7 +115,7 @@ class LocalSandbox(Sandbox):
         spec: SandboxSpec,
         directory: Path,
         process: asyncio.subprocess.Process,
-        status: asyncio.StreamReader,
+        status: PipeReader,
         cgroup: cgroups.Cgroup | None,
         release_slot,
     ) -> None:
@@ -185,6 +186,7 @@ class LocalSandbox(Sandbox):
             self._slirp.kill()
             await self._slirp.wait()
         await self._process.wait()
+        self._status.close()
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.kill_all)
         await asyncio.to_thread(shutil.rmtree, self._directory, True)
@@ -471,11 +473,7 @@ class LocalRuntime(Runtime):
             if cgroup is not None:
                 await asyncio.to_thread(cgroup.kill_all)
             raise
-        loop = asyncio.get_running_loop()
-        status = asyncio.StreamReader(limit=1 << 20)
-        await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(status), os.fdopen(status_r, "rb", 0)
-        )
+        status = PipeReader(status_r)
         sandbox = LocalSandbox(spec, directory, process, status, cgroup, release)
         try:
             info = await asyncio.wait_for(asyncio.to_thread(_read_json, info_r), 10)

@@ -191,12 +191,23 @@ async def test_a_hang_times_out(fake_model: FakeModelServer):
             await ChatPlanner(chat).decide(observe(), [])
 
 
-async def test_garbage_that_is_no_completion(fake_model: FakeModelServer):
-    fake_model.script([Turn.garbage()])
-    async with model(fake_model) as chat:
+async def test_garbage_that_is_no_completion_is_retried_then_a_model_error(
+    fake_model: FakeModelServer,
+):
+    fake_model.script([Turn.garbage()] * 3)
+    async with model(fake_model, retry_backoff_s=0.1) as chat:
         with pytest.raises(ModelError, match="not a chat completion: '<html>502 Bad Gateway"):
             await ChatPlanner(chat).decide(observe(), [])
-    assert len(fake_model.requests) == 1
+    assert len(fake_model.requests) == 3
+    first, second, third = (request.received_at for request in fake_model.requests)
+    assert second - first >= 0.1 and third - second >= 0.2
+
+
+async def test_garbage_then_an_answer_is_fine(fake_model: FakeModelServer):
+    fake_model.script([Turn.garbage(), answer(type="wait", seconds=2)])
+    async with model(fake_model, retry_backoff_s=0.1) as chat:
+        decision = await ChatPlanner(chat).decide(observe(), [])
+    assert decision.action == p.Wait(seconds=2) and decision.calls[0].attempts == 2
 
 
 def _past(step: int, with_image: bool) -> PastStep:

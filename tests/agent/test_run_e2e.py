@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -41,6 +42,13 @@ async def remote(service: Service, tall_desktop: dict) -> AsyncIterator[AsyncDes
     d = await AsyncDesktop.connect(tall_desktop["id"], base_url=service.url, token=service.token)
     yield d
     await d.close()
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on: a model endpoint that is down."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def settings(server: FakeModelServer, grounder: str, **flags):
@@ -113,10 +121,11 @@ async def test_a_haiku_is_written_and_saved(
     [
         ([Turn.error(500, "CUDA out of memory")] * 4, {}, "answered HTTP 500 on all 2 attempts"),
         ([Turn.hang(10.0)] * 4, {"timeout_s": 0.5}, "did not answer within 0.5 s (2 attempts)"),
-        ([Turn.garbage()] * 2, {}, "not a chat completion: '<html>502 Bad Gateway"),
+        ([Turn.garbage()] * 4, {}, "not a chat completion: '<html>502 Bad Gateway"),
         (["I think I will click the button."] * 6, {}, "unusable 3 times in a row"),
+        ([], {"base_url": f"http://127.0.0.1:{_closed_port()}/v1"}, "cannot reach the planner"),
     ],
-    ids=["500s", "timeouts", "garbage-body", "unparseable"],
+    ids=["500s", "timeouts", "garbage-body", "unparseable", "endpoint-down"],
 )
 async def test_a_failing_model_fails_the_run_with_a_clear_reason(
     service: Service,

@@ -256,12 +256,12 @@ async def test_client_errors_are_not_retried(fake_model: FakeModelServer, status
 async def test_a_body_that_is_not_a_completion_raises_model_error(
     fake_model: FakeModelServer, turn: Turn
 ):
-    fake_model.script([turn])
-    async with VlmGrounder("uground", "m", fake_model.url, **FAST) as grounder:
+    fake_model.script([turn] * 2)
+    async with VlmGrounder("uground", "m", fake_model.url, max_retries=1, **FAST) as grounder:
         with pytest.raises(ModelError, match="not a chat completion") as caught:
             await grounder.ground("the Save button", screenshot((1280, 800)), (1280, 800))
     assert turn.body is not None and turn.body in str(caught.value)
-    assert len(fake_model.requests) == 1
+    assert len(fake_model.requests) == 2  # retried once, like a 502
 
 
 async def test_an_unreachable_endpoint_raises_model_error():
