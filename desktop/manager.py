@@ -40,8 +40,8 @@ from desktop.protocol.errors import (
     DesktopGone,
     DesktopNotFound,
     DesktopStarting,
-    InvalidRequest,
     DiskFull,
+    InvalidRequest,
     SandboxStartError,
 )
 from desktop.protocol.lanes import Lane, desktop_lanes

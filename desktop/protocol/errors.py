@@ -128,6 +128,8 @@ class NoNodeAvailable(CapacityReached):
     names what was missing (a resource, memory, a node label)."""
 
     code = "no_node_available"
+
+
 class Busy(CubicleError):
     """Too many slow calls (screenshots, files, a11y) already wait on one desktop.
 
