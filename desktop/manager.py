@@ -28,6 +28,7 @@ from desktop.protocol.errors import (
     DesktopGone,
     DesktopNotFound,
     DesktopStarting,
+    InvalidRequest,
     SandboxStartError,
 )
 from desktop.protocol.models import Screen
@@ -141,8 +142,23 @@ class SandboxManager:
     def _running(self) -> int:
         return sum(d.status in ("starting", "ready") for d in self._desktops.values())
 
+    def _check_maxima(self, request: CreateDesktop) -> None:
+        """Refuse asks over the operator's per-desktop maxima (422, naming the setting)."""
+        s = self.settings
+        for asked, most, unit, name in (
+            (request.memory_mb, s.desktop_max_memory_mb, "MiB of memory", "DESKTOP_MAX_MEMORY_MB"),
+            (request.max_pids, s.desktop_max_pids, "processes", "DESKTOP_MAX_PIDS"),
+            (request.disk_mb, s.desktop_max_disk_mb, "MiB of disk", "DESKTOP_MAX_DISK_MB"),
+        ):
+            if asked is not None and asked > most:
+                raise InvalidRequest(
+                    f"a desktop may have at most {most} {unit} here (asked {asked}; "
+                    f"the operator sets CUBICLE_{name})"
+                )
+
     async def create(self, request: CreateDesktop) -> DesktopInfo:
         """Start a desktop (or take a warm one) and return once it is drawn."""
+        self._check_maxima(request)
         runtime = request.runtime or self.settings.runtime
         self.runtime(runtime)  # an unknown runtime is a 422 before anything starts
         running = self._running()

@@ -47,9 +47,12 @@ APPS: dict[str, list[str]] = {
 
 CHROMIUM_FLAGS = (
     "--no-first-run --no-default-browser-check --disable-background-networking "
-    "--disable-component-update --disable-sync --password-store=basic --test-type"
+    "--disable-component-update --disable-sync --password-store=basic --test-type "
+    "--no-sandbox"
 )
-"""Read by Debian's chromium wrapper: a quiet browser that calls no one at start."""
+"""Read by Debian's chromium wrapper: a quiet browser that calls no one at start. Its own
+sandbox needs user namespaces, which a desktop may not create (docs/security.md): the
+desktop's sandbox is the boundary."""
 
 _OUTPUT_LIMIT = 10 * 1024 * 1024
 """Characters of stdout or stderr kept by a non-streamed exec; the rest is dropped."""

@@ -1,0 +1,196 @@
+"""A size-capped filesystem per desktop: its home, /tmp, /var/tmp and runtime directory.
+
+Each desktop gets an ext4 image of `disk_mb` (a sparse file, so the host's disk grows only
+by what the desktop writes, and never by more than `disk_mb`). Past that size, writes
+inside fail with ENOSPC and the desktop keeps running. The image is mounted on the host
+and its directories are bound into the sandbox:
+
+- as root, through a loop device (the kernel's ext4);
+- as another user, through `fuse2fs` (FUSE, mounted with the setuid `fusermount3`).
+
+A template image per size is made once (`mkfs.ext4 -d` from the home skeleton) and copied
+hole by hole for each desktop, which costs a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from desktop.protocol.errors import SandboxStartError
+
+log = logging.getLogger("cubicle.runtime.disk")
+
+LAYOUT = ("home", "tmp", "var-tmp", "run")
+"""Top directories of a desktop's disk: bound at its home, /tmp (and /var/tmp), and its
+XDG runtime directory."""
+
+
+class DiskUnavailable(SandboxStartError):
+    """No way to give a desktop a size-capped disk here; the message says what is missing."""
+
+
+def _run(*argv: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise OSError(f"{argv[0]} failed ({done.returncode}): {done.stderr.strip()[-300:]}")
+
+
+def sparse_copy(source: Path, dest: Path) -> None:
+    """Copy a sparse file's data extents only, keeping its holes and its size."""
+    with open(source, "rb") as src, open(dest, "xb") as dst:
+        os.fchmod(dst.fileno(), 0o600)
+        size = os.fstat(src.fileno()).st_size
+        offset = 0
+        while offset < size:
+            try:
+                start = os.lseek(src.fileno(), offset, os.SEEK_DATA)
+            except OSError:  # ENXIO: only a hole is left
+                break
+            end = os.lseek(src.fileno(), start, os.SEEK_HOLE)
+            os.lseek(src.fileno(), start, os.SEEK_SET)
+            os.lseek(dst.fileno(), start, os.SEEK_SET)
+            left = end - start
+            while left > 0:
+                copied = os.copy_file_range(src.fileno(), dst.fileno(), left)
+                if copied == 0:
+                    break
+                left -= copied
+            offset = end
+        os.ftruncate(dst.fileno(), size)
+
+
+def _mounted_under(directory: Path) -> list[Path]:
+    """Mount points at or below `directory`, deepest first (from /proc/self/mountinfo)."""
+    prefix = str(directory.resolve())
+    found = []
+    with open("/proc/self/mountinfo") as info:
+        for line in info:
+            point = line.split()[4].encode().decode("unicode_escape")
+            if point == prefix or point.startswith(prefix + "/"):
+                found.append(Path(point))
+    return sorted(found, key=lambda p: -len(p.parts))
+
+
+@dataclass
+class Disk:
+    """One desktop's mounted disk."""
+
+    image: Path
+    mountpoint: Path
+    size_mb: int
+    fuse: bool
+
+    def path(self, name: str) -> Path:
+        return self.mountpoint / name
+
+    def allocated_bytes(self) -> int:
+        """What the image takes on the host's disk now."""
+        try:
+            return os.stat(self.image).st_blocks * 512
+        except FileNotFoundError:
+            return 0
+
+    def release(self) -> None:
+        """Unmount and delete the image; idempotent, and lazy if something still holds it."""
+        if self.mountpoint.is_mount():
+            command = ["fusermount3", "-u", "-z"] if self.fuse else ["umount", "-l"]
+            with contextlib.suppress(OSError):
+                _run(*command, str(self.mountpoint))
+        with contextlib.suppress(FileNotFoundError):
+            self.image.unlink()
+
+
+class Disks:
+    """Makes desktops' disks on this host: loop-mounted as root, FUSE otherwise."""
+
+    def __init__(self, root: Path, skeleton: Path) -> None:
+        self.root = root
+        """Where templates live (one per size)."""
+        self._skeleton = skeleton
+        self.as_root = os.geteuid() == 0
+        self._templates: dict[int, Path] = {}
+        self._lock = asyncio.Lock()
+        self._unmount = ["umount", "-l"] if self.as_root else ["fusermount3", "-u", "-z"]
+        needed = ["mkfs.ext4", self._unmount[0]] + (["mount"] if self.as_root else ["fuse2fs"])
+        self.missing = [tool for tool in needed if shutil.which(tool) is None]
+        if not self.as_root and not os.path.exists("/dev/fuse"):
+            self.missing.append("/dev/fuse")
+        self.kind = "loop-mounted ext4" if self.as_root else "ext4 through fuse2fs"
+
+    def check(self) -> None:
+        """Raise `DiskUnavailable` unless this host can make capped disks."""
+        if self.missing:
+            package = "e2fsprogs, mount" if self.as_root else "fuse2fs and fuse3"
+            raise DiskUnavailable(
+                f"a size-capped disk per desktop needs {', '.join(self.missing)} "
+                f"(Debian: {package}; scripts/bootstrap.sh installs them)"
+            )
+
+    def sweep(self, desktops: Path) -> None:
+        """Unmount what a service that died left mounted under `desktops`."""
+        for point in _mounted_under(desktops):
+            with contextlib.suppress(OSError):
+                _run(*self._unmount, str(point))
+
+    def _template(self, size_mb: int) -> Path:
+        """The empty disk of `size_mb`, with the home skeleton in it (made once)."""
+        if (made := self._templates.get(size_mb)) is not None and made.exists():
+            return made
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        stage = self.root / f"stage-{os.getpid()}-{size_mb}"
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir(mode=0o700)
+        shutil.copytree(self._skeleton, stage / "home", symlinks=True)
+        for name in LAYOUT[1:]:
+            (stage / name).mkdir()
+        (stage / "tmp").chmod(0o1777)
+        (stage / "var-tmp").chmod(0o1777)
+        image = self.root / f"template-{size_mb}.img"
+        partial = image.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        with open(partial, "wb") as file:
+            file.truncate(size_mb * 1024 * 1024)
+        try:
+            _run(
+                "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode",
+                "-E", "lazy_itable_init=1,nodiscard", "-L", "cubicle", "-d", str(stage),
+                str(partial),
+            )  # fmt: skip
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        partial.rename(image)
+        self._templates[size_mb] = image
+        return image
+
+    async def create(self, directory: Path, size_mb: int, owner: int | None) -> Disk:
+        """Make, mount and hand `owner` (a host uid; None: this process's) a desktop's disk."""
+        async with self._lock:
+            template = await asyncio.to_thread(self._template, size_mb)
+        return await asyncio.to_thread(self._mount, template, directory, size_mb, owner)
+
+    def _mount(self, template: Path, directory: Path, size_mb: int, owner: int | None) -> Disk:
+        image, mountpoint = directory / "disk.img", directory / "disk"
+        sparse_copy(template, image)
+        mountpoint.mkdir(mode=0o700)
+        disk = Disk(image, mountpoint, size_mb, fuse=not self.as_root)
+        try:
+            if self.as_root:
+                _run("mount", "-o", "loop,nosuid,nodev,noatime", str(image), str(mountpoint))
+            else:
+                _run("fuse2fs", str(image), str(mountpoint), "-o", "nosuid,nodev,noatime")
+            if owner is not None:
+                for path in [mountpoint, *mountpoint.rglob("*")]:
+                    if path.name != "lost+found":
+                        os.lchown(path, owner, owner)
+            (mountpoint / "run").chmod(0o700)
+        except BaseException:
+            disk.release()
+            raise
+        return disk
