@@ -304,14 +304,16 @@ class SandboxManager:
     def get(self, desktop_id: str) -> DesktopInfo:
         return self._record(desktop_id).info()
 
-    def guest(self, desktop_id: str) -> GuestClient:
-        """The guest client of a ready desktop; counts as activity for the idle timeout."""
+    def guest(self, desktop_id: str, *, touch: bool = True) -> GuestClient:
+        """The guest client of a ready desktop; counts as activity for the idle timeout
+        unless `touch` is False (watching a desktop does not keep it alive)."""
         record = self._record(desktop_id)
         if record.status == "starting":
             raise DesktopStarting(f"desktop {desktop_id} is still starting: retry in a moment")
         if record.status != "ready" or record.client is None:
             raise DesktopGone(f"desktop {desktop_id} is {record.status}: {record.reason}")
-        record.last_used = time.monotonic()
+        if touch:
+            record.last_used = time.monotonic()
         return record.client
 
     async def run_actions(

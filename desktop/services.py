@@ -7,7 +7,7 @@ starts after the manager and stops before it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -16,6 +16,7 @@ from starlette.requests import HTTPConnection
 
 from desktop.manager import SandboxManager
 from desktop.settings import Settings
+from desktop.shares import ShareLinks
 
 T = TypeVar("T")
 
@@ -28,6 +29,8 @@ class Services:
     token: str
     """The admin token: every `/api` call carries it (or a share token signed with it)."""
     manager: SandboxManager
+    shares: ShareLinks
+    """Every share link (`desktop.shares`): made by the live view, checked by auth."""
     _rooms: dict[type, object] = field(default_factory=dict)
 
     def add(self, room: object) -> None:
@@ -47,6 +50,9 @@ class Room(Protocol):
 
     routers: Sequence[APIRouter]
     """Included as they are: each router declares the auth its routes need."""
+    body_limits: Mapping[tuple[str, str], int]
+    """Bodies some routes may send beyond `CUBICLE_MAX_BODY_MB`: (method, path pattern,
+    a regular expression) → bytes (`desktop.api.security.BodyLimits`)."""
 
     async def start(self, services: Services) -> None: ...
 

@@ -1,13 +1,12 @@
 // Recorded agent runs: a list, and a player that steps through a run's screenshots
 // (grounded points drawn on them) with each step's action, thought and timings.
-const { params, token, api } = cubicle;
+const { params, api } = cubicle;
 const $ = (id) => document.getElementById(id);
 let run = null;
 let current = 0;
 let playing = null;
 
-const shotUrl = (runId, index) =>
-  `/api/runs/${runId}/steps/${index}.png?token=${encodeURIComponent(token)}`;
+const shotUrl = (runId, index) => `/api/runs/${runId}/steps/${index}.png`;
 
 async function showList() {
   const runs = await api("GET", "/api/runs");
@@ -74,7 +73,6 @@ $("play").onclick = () => {
 };
 $("prev").onclick = () => { stop(); show(current - 1); };
 $("next").onclick = () => { stop(); show(current + 1); };
-$("desktops-link").href = `/?token=${encodeURIComponent(token)}`;
 window.onpopstate = () => params.get("run") && open(new URLSearchParams(location.search).get("run"));
 
 showList()

@@ -24,6 +24,9 @@ ProfileName = Annotated[
 ]
 StartTarget = Annotated[str, StringConstraints(strip_whitespace=True, max_length=2000)]
 MaxSteps = Annotated[int, Field(ge=1, le=999)]
+SQLITE_MAX = 2**63 - 1
+TaskId = Annotated[int, Field(ge=1, le=SQLITE_MAX)]
+"""A task's id: a SQLite INTEGER, so anything larger is a 422, never a database error."""
 MaxWall = Annotated[float, Field(gt=0, le=86_400)]
 Width = Annotated[int, Field(ge=320, le=7680)]
 Height = Annotated[int, Field(ge=240, le=4320)]
@@ -68,8 +71,8 @@ class TaskEdit(_In):
 class TaskMove(_In):
     """Where a queued task goes: before or after another queued task, or to an end."""
 
-    before: int | None = None
-    after: int | None = None
+    before: TaskId | None = None
+    after: TaskId | None = None
     to: Literal["top", "bottom"] | None = None
 
     @model_validator(mode="after")

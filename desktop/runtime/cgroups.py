@@ -312,6 +312,28 @@ class Hierarchy:
             _rmdir(path, timeout_s=0.5)
 
 
+def find(desktop_id: str, *, root: Path = ROOT, max_depth: int = 8) -> Cgroup | None:
+    """The cgroup(s) of desktop `desktop_id`, wherever its service put them (for tools
+    and tests outside the service: benchmarks, the escape suite)."""
+
+    def search(top: Path) -> Path | None:
+        for directory, subdirs, _ in os.walk(top):
+            depth = len(Path(directory).relative_to(top).parts)
+            if depth >= max_depth:
+                subdirs.clear()
+            if desktop_id in subdirs and Path(directory).name.startswith(("cubicle-", "desktops")):
+                return Path(directory, desktop_id)
+        return None
+
+    if (root / "cgroup.controllers").is_file():
+        found = search(root)
+        return Cgroup(2, (found,)) if found else None
+    paths = [search(root / name) for name in V1_CONTROLLERS]
+    if paths[0] is None or paths[1] is None:
+        return None
+    return Cgroup(1, tuple(p or paths[0] for p in paths))
+
+
 def _sweep(directory: Path) -> None:
     """Remove the empty cgroups that services which died left in `directory`."""
     for stale in directory.glob("cubicle-*"):
