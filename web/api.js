@@ -15,6 +15,12 @@ const cubicle = (() => {
     history.replaceState(history.state, "", location.pathname + (query ? `?${query}` : "") + location.hash);
   }
   const isShareLink = sessionStorage.getItem("cubicle-share-link") === "1";
+  // The service set the cookie with the page already; this says so, or why not.
+  const ready = given === null ? Promise.resolve(null) : fetch("/api/session", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ token: given }),
+  }).then(async (response) => response.ok ? null : (await response.json()).detail);
 
   // Without a cookie (a page opened without a token, or a cookie that expired): ask once.
   async function signIn() {
@@ -29,6 +35,8 @@ const cubicle = (() => {
   }
 
   async function api(method, path, body, retried = false) {
+    const refused = await ready;
+    if (refused) throw new Error(refused);
     const response = await fetch(path, {
       method,
       headers: body ? { "Content-Type": "application/json" } : {},

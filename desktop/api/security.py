@@ -114,8 +114,11 @@ class Guard:
         token = (query.get("token") or [""])[0]
         try:
             access = read_token(HTTPConnection(scope), token)
-        except CubicleError:
-            return []  # the page shows the error when its first call answers 401
+        except CubicleError:  # a wrong link replaces what the browser held before
+            names = [ADMIN_COOKIE]
+            if scope["path"].startswith("/view/"):
+                names.append(SHARE_COOKIE + scope["path"].rsplit("/", 1)[1])
+            return [(b"set-cookie", _expired(name).encode()) for name in names]
         return [(b"set-cookie", session_cookie(scope, access, token).encode())]
 
 
@@ -128,6 +131,10 @@ def session_cookie(scope: Scope, access: Access, token: str) -> str:
     if scope.get("scheme") == "https":
         attributes.append("Secure")
     return "; ".join(attributes)
+
+
+def _expired(name: str) -> str:
+    return f"{name}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -154,9 +161,9 @@ class _Counted:
 
 
 def _too_large(size: int | None, limit: int) -> str:
-    what = f"{size} bytes" if size is not None else "more than that"
+    what = f"{size} bytes" if size is not None else "larger"
     return (
-        f"the request body is {what}; this call takes at most {limit} bytes "
+        f"the request body is {what}, over this call's limit of {limit} bytes "
         "(CUBICLE_MAX_BODY_MB, or CUBICLE_MAX_UPLOAD_MB for file uploads)"
     )
 

@@ -210,6 +210,7 @@ class LocalRuntime(Runtime):
     def _etc_files(self, directory: Path, spec: SandboxSpec) -> dict[str, Path]:
         etc = directory / "etc"
         etc.mkdir()
+        etc.chmod(0o755)
         files = {
             "passwd": f"user:x:{GUEST_UID}:{GUEST_UID}:Cubicle:{GUEST_HOME}:/bin/bash\n"
             "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
@@ -297,7 +298,8 @@ class LocalRuntime(Runtime):
         self, spec: SandboxSpec, host_uid: int | None
     ) -> tuple[Path, disk.Disk | None, cgroups.Cgroup | None]:
         directory = self.root / spec.id
-        directory.mkdir(mode=0o711 if host_uid is not None else 0o700)
+        directory.mkdir()  # the service's umask is 077: modes are set explicitly
+        directory.chmod(0o711 if host_uid is not None else 0o700)
         desk = cgroup = None
         try:
             if not self.hardening.off and not self.disks.missing:
