@@ -24,6 +24,7 @@ def test_public_names_are_pinned():
         "DesktopNotFound",
         "DesktopStarting",
         "DesktopUnavailable",
+        "DiskFull",
         "Drag",
         "ExecResult",
         "FileEntry",

@@ -102,7 +102,10 @@ class Guard:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *extra]
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                headers += [(n, v) for n, v in extra if n == b"set-cookie" or n not in present]
+                message["headers"] = headers
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import errno
 import os
 import shlex
 import shutil
@@ -22,6 +23,7 @@ from pathlib import Path
 from desktop.guest.cpu import CpuMeter, live_sessions
 from desktop.protocol.errors import (
     CapacityReached,
+    DiskFull,
     FileNotFound,
     InvalidRequest,
     PathNotAllowed,
@@ -246,10 +248,19 @@ class System:
         target = self.resolve(path)
         if target.is_dir():
             raise InvalidRequest(f"{str(target)!r} is a directory; give a file path")
-        target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
-        partial.write_bytes(data)
-        partial.replace(target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_bytes(data)
+            partial.replace(target)
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(
+                    f"the desktop's disk is full: {len(data)} bytes do not fit in "
+                    f"{str(target.parent)!r}; delete files, or create desktops with more disk_mb"
+                ) from None
+            raise
         return self.entry(target)
 
     def delete(self, path: str) -> None:

@@ -13,6 +13,7 @@
     │   └── RecordingNotFound
     ├── Conflict                  the desktop's current state does not allow this now (409)
     ├── PayloadTooLarge           an upload over the configured limit (413)
+    ├── DiskFull                  the desktop's own disk (disk_mb) has no room left (507)
     ├── DesktopUnavailable        the desktop exists but cannot take calls
     │   ├── DesktopStarting       still booting (409)
     │   └── DesktopGone           failed or stopped; `reason` says why (410)
@@ -96,6 +97,12 @@ class PayloadTooLarge(CubicleError):
     code = "payload_too_large"
 
 
+class DiskFull(CubicleError):
+    """A write inside the desktop met its disk's size (`disk_mb`): ENOSPC."""
+
+    code = "disk_full"
+
+
 class DesktopUnavailable(CubicleError):
     code = "desktop_unavailable"
 
@@ -169,6 +176,7 @@ STATUS: dict[type[CubicleError], int] = {
     NotFound: 404,
     Conflict: 409,
     PayloadTooLarge: 413,
+    DiskFull: 507,
     DesktopStarting: 409,
     DesktopGone: 410,
     DesktopUnavailable: 409,

@@ -376,10 +376,11 @@ class LocalRuntime(Runtime):
             info_fd=info_w, listen_fd=listen_fd, seccomp_fd=seccomp_fd,
             hardened=not self.hardening.off,
         )  # fmt: skip
-        # RLIMIT_NPROC counts per host user: with a user id per sandbox, per sandbox.
+        # RLIMIT_NPROC counts per host user: with a user id per sandbox, per sandbox. Under
+        # a cgroup it is only a backstop, a little above the cgroup's own count.
         rlimits = ["--core=0"]
         if host_uid is not None:
-            rlimits.append(f"--nproc={spec.max_pids}")
+            rlimits.append(f"--nproc={spec.max_pids + (64 if cgroup else 0)}")
         if cgroup is None:
             rlimits.append(f"--as={spec.memory_mb * 4 * 1024 * 1024}")
         launcher = bwrap.launcher_argv(
