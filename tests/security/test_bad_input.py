@@ -26,7 +26,8 @@ def test_a_chunked_batch_of_40_mb_is_413(api, victim):
         for start in range(0, len(body), 1 << 20):
             yield body[start : start + (1 << 20)]
 
-    answer = api.post("/api/tasks/batch", content=chunks(), headers={"content-type": "application/json"})
+    json_type = {"content-type": "application/json"}
+    answer = api.post("/api/tasks/batch", content=chunks(), headers=json_type)
     assert answer.status_code == 413, answer.text[:200]
     assert answer.json()["error"] == "payload_too_large"
     assert api.get("/api/tasks/counts").status_code == 200

@@ -15,9 +15,7 @@ from tests.security.attack import create, still_answering
 pytestmark = pytest.mark.root_only  # Chromium runs once, in the root part
 
 
-def test_a_token_link_becomes_an_httponly_cookie_and_leaves_the_address(
-    browser, service, victim
-):
+def test_a_token_link_becomes_an_httponly_cookie_and_leaves_the_address(browser, service, victim):
     context = browser.new_context()
     page = context.new_page()
     urls: list[str] = []
@@ -67,20 +65,25 @@ def test_cookie_calls_that_change_things_must_come_from_the_pages(service, victi
             f"/api/desktops/{victim['id']}", headers={"origin": "http://evil.example"}
         )
         assert forged.status_code == 403
-    assert httpx.get(
-        f"{service.url}/api/desktops/{victim['id']}",
-        headers={"authorization": f"Bearer {service.token}"},
-    ).json()["status"] == "ready"
+    assert (
+        httpx.get(
+            f"{service.url}/api/desktops/{victim['id']}",
+            headers={"authorization": f"Bearer {service.token}"},
+        ).json()["status"]
+        == "ready"
+    )
 
 
 def _watch(service, link: dict, desktop_id: str, seen: list[int], done: threading.Event):
     """Read the MJPEG stream with a share link until it ends; count the bytes."""
     cookies = {f"cubicle_share_{desktop_id}": link["token"]}
     try:
-        with httpx.Client(base_url=service.url, cookies=cookies, timeout=60) as client:
-            with client.stream("GET", f"/api/desktops/{desktop_id}/mjpeg") as stream:
-                for chunk in stream.iter_bytes():
-                    seen.append(len(chunk))
+        with (
+            httpx.Client(base_url=service.url, cookies=cookies, timeout=60) as client,
+            client.stream("GET", f"/api/desktops/{desktop_id}/mjpeg") as stream,
+        ):
+            for chunk in stream.iter_bytes():
+                seen.append(len(chunk))
     except httpx.HTTPError:
         pass
     finally:
