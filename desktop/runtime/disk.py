@@ -189,7 +189,9 @@ class Disks:
                 for path in [mountpoint, *mountpoint.rglob("*")]:
                     if path.name != "lost+found":
                         os.lchown(path, owner, owner)
-            (mountpoint / "run").chmod(0o700)
+            # Only its own user enters a desktop's disk: other desktops' users are others.
+            for path in (mountpoint, mountpoint / "home", mountpoint / "run"):
+                path.chmod(0o700)
         except BaseException:
             disk.release()
             raise
