@@ -4,10 +4,13 @@ service keep answering. Runs as root and as a non-root user (`test_nonroot.py`).
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
-from desktop.runtime import cgroups
+import pytest
+
+from desktop.runtime import cgroups, egress
 from tests.security.attack import create, probe, run, still_answering
 from tests.security.conftest import VICTIM
 
@@ -158,3 +161,26 @@ def test_a_desktop_that_ends_leaves_no_mount_cgroup_or_image(service, api):
     assert not directory.exists()
     assert cgroups.find(info["id"]) is None
     assert info["id"] not in Path("/proc/self/mountinfo").read_text()
+
+
+def test_the_network_reaches_nothing_of_this_host(api):
+    """`network: true` for whoever runs the service (no root needed): this host's own
+    addresses and its loopback stay out of reach (test_network.py has the whole policy)."""
+    own = sorted(
+        str(a) for a in egress.host_addresses() if a.version == 4 and not a.is_loopback
+    )
+    listener = socket.create_server(("0.0.0.0", 0))
+    listener.settimeout(0.1)
+    port = listener.getsockname()[1]
+    info = create(api, network=True)
+    try:
+        assert "tap0" in run(api, info["id"], "cat /proc/net/dev")["stdout"]
+        targets = [f"{address}:{port}" for address in own] + [f"10.0.2.2:{port}"]
+        found = probe(api, info["id"], "connect", *targets, timeout_s=60)
+        assert all(verdict != "connected" for verdict in found.values()), found
+        with pytest.raises(TimeoutError):
+            listener.accept()
+        still_answering(api, info["id"])
+    finally:
+        listener.close()
+        api.delete(f"/api/desktops/{info['id']}")
