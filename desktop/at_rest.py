@@ -33,8 +33,8 @@ def protect(data_dir: Path) -> None:
 
 def _close(path: Path) -> None:
     info = path.lstat()
-    if stat.S_ISLNK(info.st_mode):
-        return
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
+        return  # not the service's own (a launcher's log, say): not its to change
     wanted = 0o700 if stat.S_ISDIR(info.st_mode) else 0o600
     if stat.S_IMODE(info.st_mode) & ~wanted:
         path.chmod(stat.S_IMODE(info.st_mode) & wanted)

@@ -36,10 +36,11 @@ class DiskUnavailable(SandboxStartError):
     """No way to give a desktop a size-capped disk here; the message says what is missing."""
 
 
-def _run(*argv: str) -> None:
+def _run(*argv: str) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise OSError(f"{argv[0]} failed ({done.returncode}): {done.stderr.strip()[-300:]}")
+    return done.stdout + done.stderr
 
 
 def sparse_copy(source: Path, dest: Path) -> None:
@@ -160,7 +161,8 @@ class Disks:
         try:
             _run(
                 "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode",
-                "-E", "lazy_itable_init=1,nodiscard", "-L", "cubicle", "-d", str(stage),
+                "-E", f"lazy_itable_init=1,nodiscard,root_owner={os.getuid()}:{os.getgid()}",
+                "-L", "cubicle", "-d", str(stage),
                 str(partial),
             )  # fmt: skip
         finally:
@@ -184,7 +186,9 @@ class Disks:
             if self.as_root:
                 _run("mount", "-o", "loop,nosuid,nodev,noatime", str(image), str(mountpoint))
             else:
-                _run("fuse2fs", str(image), str(mountpoint), "-o", "nosuid,nodev,noatime")
+                said = _run("fuse2fs", str(image), str(mountpoint), "-o", "nosuid,nodev,noatime")
+                if not mountpoint.is_mount():  # fuse2fs may exit 0 when fusermount3 failed
+                    raise OSError(f"fuse2fs could not mount the desktop's disk: {said.strip()}")
             if owner is not None:
                 for path in [mountpoint, *mountpoint.rglob("*")]:
                     if path.name != "lost+found":

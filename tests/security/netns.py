@@ -53,7 +53,20 @@ class Namespaces:
         ip("netns", "add", self.t)
         ip("netns", "add", self.w)
         try:
-            ip("-n", self.t, "link", "add", "vt", "type", "veth", "peer", "name", "vw", "netns", self.w)
+            ip(
+                "-n",
+                self.t,
+                "link",
+                "add",
+                "vt",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "vw",
+                "netns",
+                self.w,
+            )
             for ns, dev, address in ((self.t, "vt", HOST_ADDRESS), (self.w, "vw", "192.168.77.2")):
                 ip("-n", ns, "link", "set", "lo", "up")
                 ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)

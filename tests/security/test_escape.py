@@ -166,9 +166,7 @@ def test_a_desktop_that_ends_leaves_no_mount_cgroup_or_image(service, api):
 def test_the_network_reaches_nothing_of_this_host(api):
     """`network: true` for whoever runs the service (no root needed): this host's own
     addresses and its loopback stay out of reach (test_network.py has the whole policy)."""
-    own = sorted(
-        str(a) for a in egress.host_addresses() if a.version == 4 and not a.is_loopback
-    )
+    own = sorted(str(a) for a in egress.host_addresses() if a.version == 4 and not a.is_loopback)
     listener = socket.create_server(("0.0.0.0", 0))
     listener.settimeout(0.1)
     port = listener.getsockname()[1]

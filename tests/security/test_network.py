@@ -69,7 +69,15 @@ def t_service(world, inside_t) -> Iterator[tuple[ServiceProcess, httpx.Client]]:
     }
     with open(data_dir / "service.log", "ab") as log:
         process = subprocess.Popen(
-            ["nsenter", f"--net=/run/netns/{world[0].t}", "--", sys.executable, "-m", "desktop.cli", "serve"],
+            [
+                "nsenter",
+                f"--net=/run/netns/{world[0].t}",
+                "--",
+                sys.executable,
+                "-m",
+                "desktop.cli",
+                "serve",
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -129,7 +137,9 @@ def test_a_desktop_reaches_the_internet_and_nothing_of_the_host(world, inside_t,
     assert reached == {WORLD_ADDRESSES["internet"], WORLD_ADDRESSES["allowed_by_operator"]}
     assert _arrivals(here) == []
     # Datagrams too.
-    probe(api, desktop["id"], "datagram", targets["internet"], targets["rfc1918"], targets["metadata"])
+    probe(
+        api, desktop["id"], "datagram", targets["internet"], targets["rfc1918"], targets["metadata"]
+    )
     time.sleep(1)
     datagrams = {entry["udp"] for entry in _arrivals(there) if "udp" in entry}
     assert datagrams == {WORLD_ADDRESSES["internet"]}

@@ -12,6 +12,7 @@ unless the operator opted out (`CUBICLE_UNSAFE_NO_LIMITS=1`).
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -25,9 +26,24 @@ from desktop.launcher import ServiceProcess
 from desktop.runtime import cgroups
 
 pytestmark = pytest.mark.root_only
-USER = 199_999
-"""The dedicated user: below the sandboxes' own ids (200000 and up), with no other files."""
+NAME = "cubicle-escape"
+"""The dedicated user (a system user, made once): fusermount3 wants a name for its uid."""
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _user() -> int:
+    try:
+        return pwd.getpwnam(NAME).pw_uid
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NAME],
+            check=True,
+            timeout=30,
+        )
+        return pwd.getpwnam(NAME).pw_uid
+
+
+USER = _user() if os.geteuid() == 0 else -1
 AS_USER = ["setpriv", f"--reuid={USER}", f"--regid={USER}", "--clear-groups", "--"]
 
 
@@ -44,8 +60,8 @@ def _user_env(home: Path) -> dict[str, str]:
     return {
         "PATH": os.environ["PATH"],
         "HOME": str(home),
-        "USER": "cubsec",
-        "LOGNAME": "cubsec",
+        "USER": NAME,
+        "LOGNAME": NAME,
         "TMPDIR": str(home),
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -60,7 +76,9 @@ def delegated() -> Iterator[list[Path]]:
     if (cgroups.ROOT / "cgroup.controllers").is_file():
         paths = [cgroups.ROOT / own[""].lstrip("/") / name]
     else:
-        paths = [cgroups.ROOT / c / own.get(c, "/").lstrip("/") / name for c in cgroups.V1_CONTROLLERS]
+        paths = [
+            cgroups.ROOT / c / own.get(c, "/").lstrip("/") / name for c in cgroups.V1_CONTROLLERS
+        ]
     for path in paths:
         path.mkdir()
         for owned in (path, path / "cgroup.procs", path / "cgroup.subtree_control"):
@@ -82,9 +100,13 @@ def test_the_suite_holds_for_a_service_that_is_not_root(home, delegated):
     ]  # fmt: skip
     done = subprocess.run(
         [
-            "/bin/sh", "-c", f'for f in {joins}; do echo $$ > "$f"; done; exec "$@"', "sh",
-            *AS_USER, *pytest_argv,
-        ],  # fmt: skip
+            "/bin/sh",
+            "-c",
+            f'for f in {joins}; do echo $$ > "$f"; done; exec "$@"',
+            "sh",
+            *AS_USER,
+            *pytest_argv,
+        ],
         cwd=REPO,
         env=_user_env(home),
         capture_output=True,
