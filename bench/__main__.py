@@ -18,7 +18,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import agent_step, board, click, create, density, grounding, live, screenshot
+from bench import (
+    agent_step,
+    board,
+    click,
+    create,
+    density,
+    grounding,
+    hardening,
+    live,
+    screenshot,
+)
 from bench._run import Options, machine, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Any]] = {
@@ -30,6 +40,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "agent_step": lambda options: agent_step.run(options.quick),
     "live": lambda options: live.run(options.quick),
     "board": board.run,
+    "hardening": hardening.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -17,6 +17,7 @@ from tests.security import qemu_v2
 pytestmark = pytest.mark.root_only  # one boot per run, in the root part
 
 
+@pytest.mark.timeout(360)
 def test_limits_hold_on_cgroup_v2_as_root_and_as_a_delegated_user(tmp_path):
     if missing := qemu_v2.missing():
         pytest.fail(f"the cgroup v2 test needs {', '.join(missing)}: run scripts/bootstrap.sh test")

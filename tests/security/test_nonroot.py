@@ -92,6 +92,7 @@ def delegated() -> Iterator[list[Path]]:
         path.rmdir()
 
 
+@pytest.mark.timeout(500)
 def test_the_suite_holds_for_a_service_that_is_not_root(home, delegated):
     joins = " ".join(f"'{path / 'cgroup.procs'}'" for path in delegated)
     pytest_argv = [
