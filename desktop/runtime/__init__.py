@@ -24,6 +24,8 @@ def _local(settings: Settings) -> Runtime:
         off=settings.unsafe_no_hardening,
         total_memory_mb=settings.desktops_memory_mb(),
         total_pids=settings.total_pids,
+        cpu_cap=settings.cpu_cores is not None,
+        spare_disk_mb=settings.disk_mb,
         egress=EgressRules(settings.egress_allow, settings.egress_deny),
     )
     return LocalRuntime(settings.data_dir, max_sandboxes=settings.max_desktops, hardening=hardening)

@@ -9,7 +9,13 @@ the service-wide caps. Each desktop then gets a cgroup of its own below it.
     cgroup v2    <own>/service   (this process moves here: v2 allows no process in a
                  <own>/desktops   cgroup whose controllers are handed down)
                  <own>/desktops/<id>
-    cgroup v1    <controller>/<own>/cubicle-<pid>/<id>, for memory, pids and cpu
+    cgroup v1    <controller>/<own>/cubicle-<pid>/<id>, for memory, pids (and cpu)
+
+CPU: only a service that caps each desktop's CPU (`CUBICLE_CPU_CORES`) puts desktops in
+the cpu controller (`cpu.max`, and `cpu.weight` among them). Otherwise a desktop's
+processes share the CPU one by one, as any program's do (their number is capped by
+`pids.max`): in a cpu cgroup every desktop together would weigh as one process against
+the rest of a busy host, and start several times slower there.
 
 This module uses the standard library only, so that the cgroup v2 test can run it on
 another kernel (tests/security/test_cgroup_v2.py) without the service's dependencies.
@@ -27,8 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
-V1_CONTROLLERS = ("memory", "pids", "cpu")
-V2_CONTROLLERS = ("memory", "pids", "cpu")
+CONTROLLERS = ("memory", "pids", "cpu")
 
 
 class CgroupUnavailable(Exception):
@@ -102,9 +107,13 @@ def _writable(directory: Path) -> bool:
 class Cgroup:
     """The cgroup(s) of one sandbox: one directory (v2), or one per controller (v1)."""
 
-    def __init__(self, version: int, paths: tuple[Path, ...]) -> None:
+    def __init__(
+        self, version: int, paths: tuple[Path, ...], controllers: tuple[str, ...] = CONTROLLERS
+    ) -> None:
         self.version = version
         self.paths = paths
+        self.controllers = controllers
+        """v1: the controller of each path, in order."""
 
     @property
     def procs_files(self) -> list[str]:
@@ -118,7 +127,7 @@ class Cgroup:
         return ["/bin/sh", "-c", script, "sh"]
 
     def _controller(self, name: str) -> Path:
-        return self.paths[0] if self.version == 2 else self.paths[V1_CONTROLLERS.index(name)]
+        return self.paths[0] if self.version == 2 else self.paths[self.controllers.index(name)]
 
     def pids(self) -> list[int]:
         """Every process in the sandbox's cgroup."""
@@ -177,50 +186,58 @@ def _rmdir(path: Path, timeout_s: float) -> None:
 class Hierarchy:
     """Where this service makes its desktops' cgroups, and how."""
 
-    def __init__(self, version: int, parents: tuple[Path, ...], note: str) -> None:
+    def __init__(
+        self, version: int, parents: tuple[Path, ...], note: str, controllers: tuple[str, ...]
+    ) -> None:
         self.version = version
         self.parents = parents
+        self.controllers = controllers
+        """The controllers desktops are held by: memory, pids, and cpu when capped."""
         """This service's parent of every desktop cgroup: one (v2) or one per controller."""
         self.note = note
         """Where the cgroups live, in words, for the service's log."""
 
     @classmethod
-    def detect(cls, *, root: Path = ROOT, proc_cgroup: str | None = None) -> Hierarchy:
-        """The hierarchy this host offers; `CgroupUnavailable` names what is missing."""
+    def detect(
+        cls, *, cpu: bool = True, root: Path = ROOT, proc_cgroup: str | None = None
+    ) -> Hierarchy:
+        """The hierarchy this host offers; `CgroupUnavailable` names what is missing.
+        `cpu`: desktops get a CPU cap, so they join the cpu controller too."""
         own = own_cgroups(proc_cgroup)
+        controllers = CONTROLLERS if cpu else CONTROLLERS[:2]
         if (root / "cgroup.controllers").is_file():
-            return cls._v2(root, own.get("", "/"))
-        if all((root / name / "cgroup.procs").is_file() for name in V1_CONTROLLERS):
-            return cls._v1(root, own)
+            return cls._v2(root, own.get("", "/"), controllers)
+        if all((root / name / "cgroup.procs").is_file() for name in controllers):
+            return cls._v1(root, own, controllers)
         raise CgroupUnavailable(
-            f"no cgroup hierarchy with the {', '.join(V1_CONTROLLERS)} controllers "
+            f"no cgroup hierarchy with the {', '.join(controllers)} controllers "
             f"is mounted at {root}"
         )
 
     # --- v1 --------------------------------------------------------------------------------
 
     @classmethod
-    def _v1(cls, root: Path, own: dict[str, str]) -> Hierarchy:
+    def _v1(cls, root: Path, own: dict[str, str], controllers: tuple[str, ...]) -> Hierarchy:
         parents = []
-        for name in V1_CONTROLLERS:
+        for name in controllers:
             base = root / name / own.get(name, "/").lstrip("/")
             if not _writable(base):
                 raise CgroupUnavailable(
                     f"cgroup v1: this service (uid {os.geteuid()}) may not create cgroups in "
                     f"{base}: run it as root, or delegate that cgroup to its user "
-                    "(chown it and its cgroup.procs) for each of memory, pids and cpu"
+                    f"(chown it and its cgroup.procs) for each of {', '.join(controllers)}"
                 )
             _sweep(base)
             parents.append(base / f"cubicle-{os.getpid()}")
         for path in parents:
             path.mkdir(exist_ok=True)
         note = "cgroup v1 under " + ", ".join(str(p) for p in parents)
-        return cls(1, tuple(parents), note)
+        return cls(1, tuple(parents), note, controllers)
 
     # --- v2 --------------------------------------------------------------------------------
 
     @classmethod
-    def _v2(cls, root: Path, own_path: str) -> Hierarchy:
+    def _v2(cls, root: Path, own_path: str, controllers: tuple[str, ...]) -> Hierarchy:
         own = root / own_path.lstrip("/")
         if not _writable(own):
             raise CgroupUnavailable(
@@ -228,7 +245,7 @@ class Hierarchy:
                 "run it as root, or in a delegated cgroup (a systemd unit with Delegate=yes, "
                 "or `systemd-run --user --scope -p Delegate=yes cubicle serve`)"
             )
-        missing = set(V2_CONTROLLERS) - set((own / "cgroup.controllers").read_text().split())
+        missing = set(controllers) - set((own / "cgroup.controllers").read_text().split())
         if missing:
             raise CgroupUnavailable(
                 f"cgroup v2: the {', '.join(sorted(missing))} controller(s) are not handed down "
@@ -252,12 +269,12 @@ class Hierarchy:
             service = own / "service"
             service.mkdir(exist_ok=True)
             _write(service / "cgroup.procs", str(os.getpid()))
-        enable = " ".join(f"+{name}" for name in V2_CONTROLLERS)
+        enable = " ".join(f"+{name}" for name in controllers)
         _write(own / "cgroup.subtree_control", enable)
         desktops = own / ("desktops" if own != root else f"cubicle-{os.getpid()}")
         desktops.mkdir(exist_ok=True)
         _write(desktops / "cgroup.subtree_control", enable)
-        return cls(2, (desktops,), f"cgroup v2 under {desktops}")
+        return cls(2, (desktops,), f"cgroup v2 under {desktops}", controllers)
 
     # --- desktops --------------------------------------------------------------------------
 
@@ -270,7 +287,7 @@ class Hierarchy:
         paths = tuple(parent / name for parent in self.parents)
         for path in paths:
             path.mkdir()
-        cgroup = Cgroup(self.version, paths)
+        cgroup = Cgroup(self.version, paths, self.controllers)
         try:
             self._apply(paths, limits)
         except BaseException:
@@ -288,11 +305,12 @@ class Hierarchy:
                     _write(path / "memory.swap.max", "0")
             if limits.max_pids is not None:
                 _write(path / "pids.max", str(limits.max_pids))
-            _write(path / "cpu.weight", str(limits.cpu_weight))
-            if limits.cpu_cores is not None:
-                _write(path / "cpu.max", f"{int(limits.cpu_cores * 100_000)} 100000")
+            if "cpu" in self.controllers:
+                _write(path / "cpu.weight", str(limits.cpu_weight))
+                if limits.cpu_cores is not None:
+                    _write(path / "cpu.max", f"{int(limits.cpu_cores * 100_000)} 100000")
             return
-        memory, pids, cpu = paths
+        memory, pids, *cpu_paths = paths
         if limits.memory_mb is not None:
             limit = str(limits.memory_mb * 1024 * 1024)
             # memsw (memory + swap) must stay >= the memory limit: raise it first, lower after.
@@ -301,6 +319,9 @@ class Hierarchy:
                 _write(memory / "memory.memsw.limit_in_bytes", limit)
         if limits.max_pids is not None:
             _write(pids / "pids.max", str(limits.max_pids))
+        if not cpu_paths:
+            return
+        (cpu,) = cpu_paths
         _write(cpu / "cpu.shares", str(max(2, limits.cpu_weight * 1024 // 100)))
         if limits.cpu_cores is not None:
             _write(cpu / "cpu.cfs_period_us", "100000")
@@ -328,10 +349,11 @@ def find(desktop_id: str, *, root: Path = ROOT, max_depth: int = 8) -> Cgroup | 
     if (root / "cgroup.controllers").is_file():
         found = search(root)
         return Cgroup(2, (found,)) if found else None
-    paths = [search(root / name) for name in V1_CONTROLLERS]
+    paths = [search(root / name) for name in CONTROLLERS]
     if paths[0] is None or paths[1] is None:
         return None
-    return Cgroup(1, tuple(p or paths[0] for p in paths))
+    found = tuple(p for p in paths if p is not None)
+    return Cgroup(1, found, CONTROLLERS[: len(found)])
 
 
 def _sweep(directory: Path) -> None:

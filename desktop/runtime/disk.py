@@ -9,7 +9,9 @@ and its directories are bound into the sandbox:
 - as another user, through `fuse2fs` (FUSE, mounted with the setuid `fusermount3`).
 
 A template image per size is made once (`mkfs.ext4 -d` from the home skeleton) and copied
-hole by hole for each desktop, which costs a few milliseconds.
+hole by hole for each desktop, which costs a few milliseconds; mounting one costs tens, so
+one spare disk of the default size is kept mounted and handed to the next desktop (the
+runtime's directory for it is renamed into place, mount and all).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 import os
 import shutil
 import subprocess
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,13 +114,19 @@ class Disk:
 class Disks:
     """Makes desktops' disks on this host: loop-mounted as root, FUSE otherwise."""
 
-    def __init__(self, root: Path, skeleton: Path) -> None:
+    def __init__(
+        self, root: Path, skeleton: Path, *, spares_in: Path, spare_mb: int | None = None
+    ) -> None:
         self.root = root
         """Where templates live (one per size)."""
         self._skeleton = skeleton
         self.as_root = os.geteuid() == 0
         self._templates: dict[int, Path] = {}
         self._lock = asyncio.Lock()
+        self._spares_in = spares_in
+        self._spare_mb = spare_mb
+        self._spare: Disk | None = None
+        self._refilling: asyncio.Task[None] | None = None
         self._unmount = ["umount", "-l"] if self.as_root else ["fusermount3", "-u", "-z"]
         needed = ["mkfs.ext4", self._unmount[0]] + (["mount"] if self.as_root else ["fuse2fs"])
         self.missing = [tool for tool in needed if shutil.which(tool) is None]
@@ -172,12 +181,59 @@ class Disks:
         return image
 
     async def create(self, directory: Path, size_mb: int, owner: int | None) -> Disk:
-        """Make, mount and hand `owner` (a host uid; None: this process's) a desktop's disk."""
+        """Make `directory` (it must not exist) with a desktop's disk mounted in it, handed to
+        `owner` (a host uid; None: this process's user)."""
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.size_mb == size_mb:
+            await asyncio.to_thread(os.rename, spare.image.parent, directory)
+            disk = Disk(directory / "disk.img", directory / "disk", size_mb, spare.fuse)
+        else:
+            if spare is not None:
+                self._spare = spare
+            await asyncio.to_thread(directory.mkdir)
+            disk = await self._build(directory, size_mb)
+        try:
+            await asyncio.to_thread(self._hand_over, disk, owner)
+        except BaseException:
+            await asyncio.to_thread(disk.release)
+            raise
+        self._refill()
+        return disk
+
+    def _refill(self) -> None:
+        """Mount the next spare in the background, if there is none and none is coming."""
+        if self._spare_mb is None or self._spare is not None or self.missing:
+            return
+        if self._refilling is None or self._refilling.done():
+            self._refilling = asyncio.create_task(self._make_spare(), name="spare-disk")
+
+    async def _make_spare(self) -> None:
+        directory = self._spares_in / f".spare-{uuid.uuid4().hex[:8]}"
+        await asyncio.to_thread(directory.mkdir)
+        try:
+            self._spare = await self._build(directory, self._spare_mb or 0)
+        except OSError as exc:
+            log.warning("no spare disk: %s", exc)
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+
+    async def close(self) -> None:
+        """Stop refilling and release the spare; idempotent."""
+        task, self._refilling = self._refilling, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await asyncio.to_thread(spare.release)
+            await asyncio.to_thread(shutil.rmtree, spare.image.parent, True)
+
+    async def _build(self, directory: Path, size_mb: int) -> Disk:
         async with self._lock:
             template = await asyncio.to_thread(self._template, size_mb)
-        return await asyncio.to_thread(self._mount, template, directory, size_mb, owner)
+        return await asyncio.to_thread(self._mount, template, directory, size_mb)
 
-    def _mount(self, template: Path, directory: Path, size_mb: int, owner: int | None) -> Disk:
+    def _mount(self, template: Path, directory: Path, size_mb: int) -> Disk:
         image, mountpoint = directory / "disk.img", directory / "disk"
         sparse_copy(template, image)
         mountpoint.mkdir(mode=0o700)
@@ -189,14 +245,18 @@ class Disks:
                 said = _run("fuse2fs", str(image), str(mountpoint), "-o", "nosuid,nodev,noatime")
                 if not mountpoint.is_mount():  # fuse2fs may exit 0 when fusermount3 failed
                     raise OSError(f"fuse2fs could not mount the desktop's disk: {said.strip()}")
-            if owner is not None:
-                for path in [mountpoint, *mountpoint.rglob("*")]:
-                    if path.name != "lost+found":
-                        os.lchown(path, owner, owner)
-            # Only its own user enters a desktop's disk: other desktops' users are others.
-            for path in (mountpoint, mountpoint / "home", mountpoint / "run"):
-                path.chmod(0o700)
         except BaseException:
             disk.release()
             raise
         return disk
+
+    @staticmethod
+    def _hand_over(disk: Disk, owner: int | None) -> None:
+        mountpoint = disk.mountpoint
+        if owner is not None:
+            for path in [mountpoint, *mountpoint.rglob("*")]:
+                if path.name != "lost+found":
+                    os.lchown(path, owner, owner)
+        # Only its own user enters a desktop's disk: other desktops' users are others.
+        for path in (mountpoint, mountpoint / "home", mountpoint / "run"):
+            path.chmod(0o700)

@@ -62,6 +62,10 @@ class Hardening:
     total_memory_mb: int | None = None
     """Memory of every desktop together (the kernel's cap on their parent cgroup)."""
     total_pids: int | None = None
+    spare_disk_mb: int | None = None
+    """The default disk size: one disk of it is kept mounted for the next desktop."""
+    cpu_cap: bool = False
+    """Desktops get a CPU cap (`CUBICLE_CPU_CORES`), so they join the cpu controller."""
     egress: EgressRules = field(default_factory=EgressRules)
 
 
@@ -164,7 +168,12 @@ class LocalRuntime(Runtime):
         if self.as_root:  # sandbox users must walk into their own directory, not list others
             for path in (data_dir, self.root):
                 path.chmod(0o711)
-        self.disks = disk.Disks(data_dir / "disks", HOME_SKELETON)
+        self.disks = disk.Disks(
+            data_dir / "disks",
+            HOME_SKELETON,
+            spares_in=self.root,
+            spare_mb=None if self.hardening.off else self.hardening.spare_disk_mb,
+        )
         self.disks.sweep(self.root)
         self.problems: list[str] = []
         """What this host cannot enforce; creating a desktop fails with it (unless unsafe)."""
@@ -186,7 +195,7 @@ class LocalRuntime(Runtime):
         if self.hardening.off:
             return None
         try:
-            hierarchy = cgroups.Hierarchy.detect()
+            hierarchy = cgroups.Hierarchy.detect(cpu=self.hardening.cpu_cap)
             hierarchy.cap(cgroups.Limits(self.hardening.total_memory_mb, self.hardening.total_pids))
         except (cgroups.CgroupUnavailable, OSError) as exc:
             self.problems.append(f"memory, process and CPU limits: {exc}")
@@ -204,6 +213,7 @@ class LocalRuntime(Runtime):
             return None
 
     async def close(self) -> None:
+        await self.disks.close()
         if self.hierarchy is not None:
             await asyncio.to_thread(self.hierarchy.close)
 
@@ -298,18 +308,21 @@ class LocalRuntime(Runtime):
         self, spec: SandboxSpec, host_uid: int | None
     ) -> tuple[Path, disk.Disk | None, cgroups.Cgroup | None]:
         directory = self.root / spec.id
-        directory.mkdir()  # the service's umask is 077: modes are set explicitly
-        directory.chmod(0o711 if host_uid is not None else 0o700)
         desk = cgroup = None
         try:
             if not self.hardening.off and not self.disks.missing:
                 desk = await self.disks.create(directory, spec.disk_mb, host_uid)
+            else:
+                directory.mkdir()
+            # The service's umask is 077: modes are set explicitly.
+            directory.chmod(0o711 if host_uid is not None else 0o700)
             if self.hierarchy is not None:
                 limits = cgroups.Limits(spec.memory_mb, spec.max_pids, spec.cpu_cores)
                 cgroup = await asyncio.to_thread(self.hierarchy.create, spec.id, limits)
         except BaseException as exc:
             if desk is not None:
                 await asyncio.to_thread(desk.release)
+            await asyncio.to_thread(shutil.rmtree, directory, True)
             if isinstance(exc, OSError):
                 raise SandboxStartError(f"could not prepare the desktop's limits: {exc}") from exc
             raise

@@ -76,9 +76,7 @@ def delegated() -> Iterator[list[Path]]:
     if (cgroups.ROOT / "cgroup.controllers").is_file():
         paths = [cgroups.ROOT / own[""].lstrip("/") / name]
     else:
-        paths = [
-            cgroups.ROOT / c / own.get(c, "/").lstrip("/") / name for c in cgroups.V1_CONTROLLERS
-        ]
+        paths = [cgroups.ROOT / c / own.get(c, "/").lstrip("/") / name for c in cgroups.CONTROLLERS]
     for path in paths:
         path.mkdir()
         for owned in (path, path / "cgroup.procs", path / "cgroup.subtree_control"):
