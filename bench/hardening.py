@@ -160,7 +160,12 @@ def _contained(kind: str, service: Service, desktop_id: str) -> Callable[[], boo
     """Whether the kernel has refused the bomb yet."""
     if kind == "disk":
         mount = service.data_dir / "desktops" / desktop_id / "disk"
-        return lambda: os.statvfs(mount).f_bavail == 0
+
+        def full() -> bool:
+            room = os.statvfs(mount)
+            return room.f_bavail * room.f_frsize < MB  # dd's next 1 MiB block fails
+
+        return full
     cgroup = cgroups.find(desktop_id)
     assert cgroup is not None, "a hardened desktop has a cgroup"
     if kind == "fork":
@@ -199,7 +204,7 @@ def _bomb(
 
 
 def run(options: Options) -> HardeningResult:
-    rounds, settle_s, window_s = (3, 1.0, 8.0) if options.quick else (10, 3.0, 15.0)
+    rounds, settle_s, window_s = (3, 1.0, 12.0) if options.quick else (10, 3.0, 20.0)
     with (
         running_service(CUBICLE_WARM_POOL="0") as on,
         running_service(CUBICLE_WARM_POOL="0", CUBICLE_UNSAFE_NO_HARDENING="1") as off,
