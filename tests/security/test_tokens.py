@@ -132,3 +132,23 @@ def test_a_view_only_watcher_does_not_keep_a_desktop_alive(service, api):
     watcher.join(5)
     # Its share links went with it.
     assert httpx.get(f"{service.url}/api/session", headers=bearer).status_code == 401
+
+
+def test_a_file_the_desktop_wrote_downloads_and_never_runs_as_a_page(
+    browser, service, api, victim
+):
+    """The issue's first probe, end to end: an HTML file from the desktop, opened in a
+    browser holding the admin cookie, is a download; none of its script runs."""
+    page_bytes = b"<html><head><title>x</title></head><script>document.title='pwned'</script></html>"
+    url = f"/api/desktops/{victim['id']}/files"
+    assert api.put(url, params={"path": "~/evil.html"}, content=page_bytes).status_code == 200
+    context = browser.new_context(accept_downloads=True)
+    page = context.new_page()
+    page.goto(f"{service.url}/?token={service.token}")
+    expect(page.locator("#status")).to_contain_text("desktop", timeout=15_000)
+    with page.expect_download(timeout=15_000) as download:
+        page.evaluate(f"window.location.href = '{url}?path=~/evil.html'")
+    assert download.value.suggested_filename == "evil.html"
+    page.wait_for_timeout(500)
+    assert page.title() != "pwned" and page.url.startswith(f"{service.url}/")
+    context.close()
