@@ -134,12 +134,10 @@ def test_a_view_only_watcher_does_not_keep_a_desktop_alive(service, api):
     assert httpx.get(f"{service.url}/api/session", headers=bearer).status_code == 401
 
 
-def test_a_file_the_desktop_wrote_downloads_and_never_runs_as_a_page(
-    browser, service, api, victim
-):
+def test_a_file_the_desktop_wrote_downloads_and_never_runs_as_a_page(browser, service, api, victim):
     """The issue's first probe, end to end: an HTML file from the desktop, opened in a
     browser holding the admin cookie, is a download; none of its script runs."""
-    page_bytes = b"<html><head><title>x</title></head><script>document.title='pwned'</script></html>"
+    page_bytes = b"<html><title>x</title><script>document.title='pwned'</script></html>"
     url = f"/api/desktops/{victim['id']}/files"
     assert api.put(url, params={"path": "~/evil.html"}, content=page_bytes).status_code == 200
     context = browser.new_context(accept_downloads=True)
