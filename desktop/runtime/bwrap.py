@@ -174,6 +174,26 @@ def launcher_argv(
     return [*join_cgroup, "prlimit", *rlimits, "--", *run_as, *own_net, *bwrap]
 
 
+def etc_files(directory: Path, spec_id: str, network: bool) -> dict[str, Path]:
+    """The files of /etc the sandbox gets its own copy of (users, host names, DNS)."""
+    etc = directory / "etc"
+    etc.mkdir()
+    etc.chmod(0o755)
+    files = {
+        "passwd": f"user:x:{GUEST_UID}:{GUEST_UID}:Cubicle:{GUEST_HOME}:/bin/bash\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        "group": f"user:x:{GUEST_UID}:\nnogroup:x:65534:\n",
+        "hostname": f"cubicle-{spec_id}\n",
+        "hosts": f"127.0.0.1 localhost cubicle-{spec_id}\n::1 localhost\n",
+        "machine-id": os.urandom(16).hex() + "\n",
+        "resolv.conf": "nameserver 10.0.2.3\n" if network else "",
+    }
+    for name, text in files.items():
+        (etc / name).write_text(text)
+        (etc / name).chmod(0o644)
+    return {f"/etc/{name}": etc / name for name in files}
+
+
 def guest_env() -> dict[str, str]:
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -36,18 +35,13 @@ from pydantic import ValidationError
 from desktop.guest_client import GuestEndpoint
 from desktop.protocol.errors import CapacityReached, SandboxStartError
 from desktop.protocol.models import GuestEvent
-from desktop.runtime import bwrap, cgroups, disk, syscalls
+from desktop.runtime import bwrap, cgroups, disk, syscalls, users
 from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
 from desktop.runtime.network import EgressRules, UserNetwork
 
 log = logging.getLogger("cubicle.runtime.local")
 
-GUEST_UID = bwrap.GUEST_UID
 GUEST_HOME = bwrap.GUEST_HOME
-HOST_UID_BASE = 200_000
-"""Host user ids of sandboxes when the service runs as root: base + slot."""
-UID_SLOTS = 1000
-LOCK_DIR = Path("/run/lock/cubicle")
 HOME_SKELETON = bwrap.CODE_ROOT / "images" / "home"
 
 
@@ -217,24 +211,6 @@ class LocalRuntime(Runtime):
         if self.hierarchy is not None:
             await asyncio.to_thread(self.hierarchy.close)
 
-    def _etc_files(self, directory: Path, spec: SandboxSpec) -> dict[str, Path]:
-        etc = directory / "etc"
-        etc.mkdir()
-        etc.chmod(0o755)
-        files = {
-            "passwd": f"user:x:{GUEST_UID}:{GUEST_UID}:Cubicle:{GUEST_HOME}:/bin/bash\n"
-            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-            "group": f"user:x:{GUEST_UID}:\nnogroup:x:65534:\n",
-            "hostname": f"cubicle-{spec.id}\n",
-            "hosts": f"127.0.0.1 localhost cubicle-{spec.id}\n::1 localhost\n",
-            "machine-id": os.urandom(16).hex() + "\n",
-            "resolv.conf": "nameserver 10.0.2.3\n" if spec.network else "",
-        }
-        for name, text in files.items():
-            (etc / name).write_text(text)
-            (etc / name).chmod(0o644)
-        return {f"/etc/{name}": etc / name for name in files}
-
     def _plain_home(self, directory: Path, host_uid: int | None) -> Path:
         """A home directory on the host's disk, without a cap (hardening off, or unsafe)."""
         home = directory / "home"
@@ -253,25 +229,6 @@ class LocalRuntime(Runtime):
         listener.listen(64)
         return listener
 
-    def _claim_uid(self) -> tuple[int, int]:
-        """A host user id no other sandbox on this host holds, and the lock that holds it.
-
-        Several services may run on one host (tests, benchmarks): a lock file per user id
-        keeps two sandboxes from ever sharing one, and the kernel drops the lock when the
-        holder dies, so a crash leaks nothing.
-        """
-        LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for slot in range(UID_SLOTS):
-            uid = HOST_UID_BASE + slot
-            fd = os.open(LOCK_DIR / f"uid-{uid}", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            return uid, fd
-        raise CapacityReached(f"all {UID_SLOTS} sandbox user ids on this host are in use")
-
     async def start(self, spec: SandboxSpec) -> Sandbox:
         if self._running >= self.max_sandboxes:
             raise CapacityReached(
@@ -283,7 +240,7 @@ class LocalRuntime(Runtime):
                 + "; ".join(self.problems)
                 + " (or set CUBICLE_UNSAFE_NO_LIMITS=1 to run without them)"
             )
-        host_uid, lock_fd = self._claim_uid() if self.as_root else (None, None)
+        host_uid, lock_fd = users.claim() if self.as_root else (None, None)
         self._running += 1
         released = False
 
@@ -362,7 +319,7 @@ class LocalRuntime(Runtime):
         cgroup: cgroups.Cgroup | None,
         release,
     ) -> LocalSandbox:
-        etc_files = await asyncio.to_thread(self._etc_files, directory, spec)
+        etc_files = await asyncio.to_thread(bwrap.etc_files, directory, spec.id, spec.network)
         binds = bwrap.Binds(host_uid)
         for dest, source in etc_files.items():
             binds.add(source, dest)
