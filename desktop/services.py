@@ -7,7 +7,7 @@ starts after the manager and stops before it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -49,10 +49,9 @@ class Room(Protocol):
     """A part of the service another package adds: its routes and what it runs."""
 
     routers: Sequence[APIRouter]
-    """Included as they are: each router declares the auth its routes need."""
-    body_limits: Mapping[tuple[str, str], int]
-    """Bodies some routes may send beyond `CUBICLE_MAX_BODY_MB`: (method, path pattern,
-    a regular expression) → bytes (`desktop.api.security.BodyLimits`)."""
+    """Included as they are: each router declares the auth its routes need. A room may
+    also have `body_limits`: the bodies some of its routes take beyond
+    `CUBICLE_MAX_BODY_MB`, (method, path pattern) → bytes (`desktop.api.security`)."""
 
     async def start(self, services: Services) -> None: ...
 

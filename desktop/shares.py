@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from desktop.events import DesktopEnded, DesktopEvent, Events, LinkRevoked
 from desktop.models import AccessMode, ShareLink
-from desktop.protocol.errors import AuthError, NotFound
+from desktop.protocol.errors import AuthError, CapacityReached, NotFound
 
 PREFIX = "share2"
 MAX_LINKS_PER_DESKTOP = 100
@@ -56,7 +56,7 @@ class ShareLinks:
 
     def create(self, desktop_id: str, mode: AccessMode, ttl_s: int, base_url: str) -> ShareLink:
         if len(self.list(desktop_id)) >= MAX_LINKS_PER_DESKTOP:
-            raise AuthError(
+            raise CapacityReached(
                 f"desktop {desktop_id} has {MAX_LINKS_PER_DESKTOP} live share links: "
                 "revoke some first (DELETE .../shares/{id})"
             )

@@ -285,7 +285,6 @@ class LiveRoom:
     routers = (router,)
 
     def __init__(self) -> None:
-        self.body_limits: dict[tuple[str, str], int] = {}
         self.desktops = LiveDesktops()
 
     async def start(self, services: Services) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from urllib.parse import parse_qs
 
 from fastapi import HTTPException
@@ -48,20 +47,16 @@ _PAGES = re.compile(r"^/$|^/view/[^/]+$|^/web/[^/]+\.html$")
 _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 
-@dataclass(frozen=True)
 class BodyLimits:
-    """The largest body each request may send, in bytes."""
+    """The largest body each request may send, in bytes: `default`, or the first of
+    `routes` ((method, path pattern) → bytes) that matches."""
 
-    default: int
-    routes: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    """(method, path pattern) → bytes, for the routes that take more (or less)."""
-
-    def __post_init__(self) -> None:
-        compiled = [(m, re.compile(p), n) for (m, p), n in self.routes.items()]
-        object.__setattr__(self, "_compiled", compiled)
+    def __init__(self, default: int, routes: Mapping[tuple[str, str], int]) -> None:
+        self.default = default
+        self._routes = [(m, re.compile(p), n) for (m, p), n in routes.items()]
 
     def of(self, method: str, path: str) -> int:
-        for wanted, pattern, limit in self._compiled:  # type: ignore[attr-defined]
+        for wanted, pattern, limit in self._routes:
             if method == wanted and pattern.fullmatch(path):
                 return limit
         return self.default
