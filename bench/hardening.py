@@ -59,6 +59,8 @@ class HardeningResult:
     create_on: Summary
     create_off: Summary
     create_p50_overhead_pct: float
+    create_mean_overhead_pct: float
+    """The same on the means: with the host as busy as this one, medians of ten move."""
     idle_pss_on_mb: float
     idle_pss_off_mb: float
     idle_cgroup_on_mb: float | None
@@ -228,6 +230,7 @@ def run(options: Options) -> HardeningResult:
         create_on=create_on,
         create_off=create_off,
         create_p50_overhead_pct=overhead,
+        create_mean_overhead_pct=round((create_on.mean_ms / create_off.mean_ms - 1) * 100, 1),
         idle_pss_on_mb=round(statistics.median(measured["pss"]["on"]), 1),
         idle_pss_off_mb=round(statistics.median(measured["pss"]["off"]), 1),
         idle_cgroup_on_mb=round(statistics.median(charged), 1) if charged else None,

@@ -30,6 +30,8 @@ from desktop.protocol.errors import SandboxStartError
 
 log = logging.getLogger("cubicle.runtime.disk")
 
+SPARE_DELAY_S = 3.0
+"""Seconds after a spare disk was taken before the next one is made."""
 LAYOUT = ("home", "tmp", "var-tmp", "run")
 """Top directories of a desktop's disk: bound at its home, /tmp (and /var/tmp), and its
 XDG runtime directory."""
@@ -208,6 +210,9 @@ class Disks:
             self._refilling = asyncio.create_task(self._make_spare(), name="spare-disk")
 
     async def _make_spare(self) -> None:
+        # After the desktop that took the last spare has (most likely) booted: the mount
+        # must not compete with its start.
+        await asyncio.sleep(SPARE_DELAY_S)
         directory = self._spares_in / f".spare-{uuid.uuid4().hex[:8]}"
         await asyncio.to_thread(directory.mkdir)
         try:
