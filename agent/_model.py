@@ -37,6 +37,10 @@ class Completion:
     """Wall time of the whole call in milliseconds, retries and backoff included."""
     attempts: int
     """Requests made (1 when the first one answered)."""
+    prompt_tokens: int | None = None
+    """Tokens the endpoint counted in the request (its `usage`); None when it says nothing."""
+    completion_tokens: int | None = None
+    """Tokens the endpoint counted in the answer; None when it says nothing."""
 
 
 def _retryable(status: int) -> bool:
@@ -134,7 +138,14 @@ class ChatModel:
             else:
                 text = self._answer_text(completion, attempt)
                 elapsed_ms = (time.monotonic() - started) * 1000
-                return Completion(text=text, elapsed_ms=elapsed_ms, attempts=attempt)
+                usage = getattr(completion, "usage", None)
+                return Completion(
+                    text=text,
+                    elapsed_ms=elapsed_ms,
+                    attempts=attempt,
+                    prompt_tokens=getattr(usage, "prompt_tokens", None),
+                    completion_tokens=getattr(usage, "completion_tokens", None),
+                )
             log.warning(
                 "%s model %s: %s (attempt %d of %d), retrying in %.1f s",
                 self.role,

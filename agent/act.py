@@ -60,6 +60,8 @@ def inputs(action: p.PlannedAction, points: list[tuple[int, int]]) -> list[a.Act
             return [a.Drag(path=[points[0], points[1]])]
         case p.Wait(seconds=seconds):
             return [a.Wait(ms=round(seconds * 1000))]
+        case p.Computer(inputs=batch):
+            return list(batch)
     return []
 
 
@@ -72,9 +74,13 @@ async def act(
     """Carry out `action` (not `done`/`fail`) and wait for the screen to settle. Desktop
     errors (`InvalidRequest` for an off-screen point or an unknown key…) propagate."""
     started = time.perf_counter()
-    settle = a.WaitForSettle(quiet_ms=limits.settle_quiet_ms, timeout_ms=limits.settle_timeout_ms)
+    settle = a.WaitForSettle(
+        quiet_ms=limits.settle_quiet_ms,
+        timeout_ms=limits.settle_timeout_ms,
+        idle_ms=limits.settle_idle_ms,
+    )
     done = p.describe(action)
-    if points:
+    if points and not isinstance(action, p.Computer):  # its request names its points
         done += " at " + " → ".join(f"({x}, {y})" for x, y in points)
     events = inputs(action, points)
     if events:

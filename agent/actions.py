@@ -19,6 +19,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from desktop.protocol.actions import Action as DesktopAction
+
 Point = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]
 """(x, y): in the model's frame as the model wrote it, in screen pixels once planned."""
 Description = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=300)]
@@ -99,6 +101,19 @@ class Exec(_Action):
     command: str = Field(min_length=1, max_length=10_000)
 
 
+class Computer(_Action):
+    """Input a vendor's computer tool asked for (`anthropic`, `openai-computer` planners),
+    already mapped to the desktop by the tool's executor; never part of a JSON answer."""
+
+    type: Literal["computer"] = "computer"
+    inputs: list[DesktopAction] = Field(min_length=1, max_length=1000)
+    """Desktop actions in screen pixels, sent as one batch."""
+    request: str = Field(max_length=300)
+    """The tool call as the model made it, in a few words."""
+    point: Point | None = None
+    """The pointer target in screen pixels, when there is one."""
+
+
 class Done(_Action):
     """The task is complete."""
 
@@ -114,7 +129,18 @@ class Fail(_Action):
 
 
 PlannedAction = Annotated[
-    Click | TypeText | PressKey | Scroll | Drag | Wait | Open | Launch | Exec | Done | Fail,
+    Click
+    | TypeText
+    | PressKey
+    | Scroll
+    | Drag
+    | Wait
+    | Open
+    | Launch
+    | Exec
+    | Computer
+    | Done
+    | Fail,
     Field(discriminator="type"),
 ]
 """One step's action."""
@@ -134,7 +160,7 @@ ACTION_TYPES = (
     "done",
     "fail",
 )
-"""Every `type` a planner may answer."""
+"""Every `type` a planner may answer in JSON (`computer` comes from vendor tools only)."""
 
 
 class PlannerAnswer(BaseModel):
@@ -186,6 +212,8 @@ def parse_answer(raw: str, *, allow_exec: bool = False) -> PlannerAnswer:
         raise AnswerError(
             f"the JSON does not follow the schema: {_validation_message(exc)}"
         ) from exc
+    if isinstance(answer.action, Computer):
+        raise AnswerError(f"unknown action type 'computer': use one of {', '.join(ACTION_TYPES)}")
     if isinstance(answer.action, Exec) and not allow_exec:
         raise AnswerError(
             "exec is not allowed in this run: do the task through the screen "
@@ -202,6 +230,8 @@ def targets(action: PlannedAction) -> list[Target]:
         return [action.target] if action.target is not None else []
     if isinstance(action, Drag):
         return [action.start, action.end]
+    if isinstance(action, Computer) and action.point is not None:
+        return [action.point]
     return []
 
 
@@ -248,6 +278,8 @@ def describe(action: PlannedAction) -> str:
             return " ".join(["launch", app, *args])
         case Exec(command=command):
             return f"exec {_cut(command)}"
+        case Computer(request=request):
+            return f"computer {request}"
         case Done(summary=summary):
             return f"done {_cut(summary)}" if summary else "done"
         case Fail(reason=reason):

@@ -42,6 +42,7 @@ from agent.planner import (
 from agent.settings import RunLimits
 from agent.steps import Grounded, ModelCall, RunRecord, RunStatus, StepRecord, StepTimings
 from agent.store import RunStore, new_run_id, step_name
+from desktop import RecordingInfo
 from desktop.protocol.errors import (
     AuthError,
     CubicleError,
@@ -102,6 +103,8 @@ class _Draft:
     error: str | None = None
     settled: bool | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    acted_at: datetime | None = None
+    """When the action was sent to the desktop."""
 
 
 def _decode(encoded: bytes) -> Image.Image:
@@ -122,7 +125,8 @@ class Agent:
     """Runs one task on one desktop with one planner and, unless the planner grounds
     itself, one grounder. `store` records every run and step (nothing is recorded without one);
     `on_step` hears each step as it ends. `a11y_text` adds the accessibility tree, as
-    text, to what the planner sees."""
+    text, to what the planner sees. `recording`: the desktop's recording of this run, whose
+    id the run keeps and into which each step notes its offset."""
 
     def __init__(
         self,
@@ -136,6 +140,7 @@ class Agent:
         a11y_text: bool = False,
         grounder_name: str | None = None,
         run_id: str | None = None,
+        recording: RecordingInfo | None = None,
     ) -> None:
         if grounder is None and not planner.grounds_itself:
             raise InvalidRequest(
@@ -152,6 +157,7 @@ class Agent:
         self.grounder_name = grounder_name or (type(grounder).__name__ if grounder else None)
         self.run_id = run_id or new_run_id()
         """The id the run is recorded under, known before it starts."""
+        self.recording = recording
         self._ran = False
         self._history: list[PastStep] = []
         self._saving: asyncio.Task[None] | None = None
@@ -198,6 +204,7 @@ class Agent:
             desktop_id=self.desktop.id,
             planner=self.planner.name,
             grounder=self.grounder_name if self.grounder is not None else None,
+            recording_id=self.recording.id if self.recording is not None else None,
             started_at=datetime.now(UTC),
             max_steps=self.limits.max_steps,
             max_wall_s=self.limits.max_wall_s,
@@ -362,6 +369,7 @@ class Agent:
         assert draft.decision is not None
         points = [(g.x, g.y) for g in draft.grounded]
         self._idle.clear()
+        draft.acted_at = datetime.now(UTC)
         try:
             acted = await act(self.desktop, draft.decision.action, points, self.limits)
         finally:
@@ -395,6 +403,7 @@ class Agent:
             error=draft.error,
             settled=draft.settled,
             timings=timings,
+            video_offset_ms=self._video_offset_ms(draft.acted_at or draft.started_at),
         )
         self._remember(draft, step)
         if self.store is not None:
@@ -402,6 +411,13 @@ class Agent:
                 await asyncio.shield(self._saving)
             self._saving = asyncio.create_task(self._save(self.store, step, draft.image))
         return step
+
+    def _video_offset_ms(self, moment: datetime) -> float | None:
+        """Where `moment` falls in the run's recording, milliseconds from its start. The
+        recording started (`started_at`) at time 0 of its video, on this machine's clock."""
+        if self.recording is None:
+            return None
+        return max(0.0, (moment - self.recording.started_at).total_seconds() * 1000)
 
     async def _save(self, store: RunStore, step: StepRecord, image: Image.Image | None) -> None:
         """Write the step, then the run's step count (so readers see the run progress);

@@ -27,7 +27,7 @@ from agent.errors import AgentError, GroundingError
 from agent.grounding import _image, _parse
 from agent.grounding.families import Family, get_family
 from agent.steps import ModelCall
-from desktop.protocol.models import A11yNode, A11yTree
+from desktop.a11y_text import a11y_text  # noqa: F401 - the agent's name for it
 
 
 class PlanError(AgentError):
@@ -235,6 +235,8 @@ class ChatModelPlanner(Planner):
                 answer=raw,
                 elapsed_ms=completion.elapsed_ms,
                 attempts=completion.attempts,
+                prompt_tokens=completion.prompt_tokens,
+                completion_tokens=completion.completion_tokens,
             )
             try:
                 thought, action = self.parse(raw, sent.size, observation.screen_size)
@@ -291,36 +293,6 @@ _POINTS = {
     "from 0 to 1000 across the screenshot (x from the left, y from the top).",
     "0-1": "",  # points must be whole numbers: relative ones cannot be given
 }
-_A11Y_SHOWN = {"focused", "checked", "selected", "pressed", "expanded"}
-
-
-def a11y_text(tree: A11yTree, *, max_lines: int = 150) -> str:
-    """The accessibility tree as short indented lines, `role "name" (states)`, keeping only
-    elements that show on screen and have a name or text; at most `max_lines` lines."""
-    lines: list[str] = []
-
-    def visit(node: A11yNode, depth: int) -> None:
-        if len(lines) >= max_lines:
-            return
-        showing = node.x is None or "showing" in node.states
-        if not showing:
-            return
-        label = node.name or (node.text or "")
-        shown = depth
-        if node.role == "application" or label:
-            states = sorted(_A11Y_SHOWN.intersection(node.states))
-            extra = f" ({', '.join(states)})" if states else ""
-            lines.append(f"{'  ' * depth}{node.role} {label[:80]!r}{extra}")
-            shown = depth + 1
-        for child in node.children:
-            visit(child, shown)
-
-    for application in tree.nodes:
-        if application.children:
-            visit(application, 0)
-    if len(lines) >= max_lines or tree.truncated:
-        lines.append("… (more elements not shown)")
-    return "\n".join(lines)
 
 
 class ChatPlanner(ChatModelPlanner):

@@ -15,18 +15,23 @@ from agent._model import ChatModel
 from agent.grounding.base import Grounder
 from agent.loop import Agent, OnStep
 from agent.planner import ChatPlanner, Planner
-from agent.settings import AgentSettings
+from agent.settings import TOOL_KINDS, AgentSettings
 from agent.steps import RunRecord
 from agent.store import RunStore
+from desktop import RecordingInfo
+from desktop.protocol.errors import InvalidRequest
 from desktop.sdk import AsyncDesktop
 
 
-def build_planner(settings: AgentSettings) -> Planner:
-    """The planner `settings` (resolved) describe."""
+def build_planner(settings: AgentSettings, desktop: AsyncDesktop | None = None) -> Planner:
+    """The planner `settings` (resolved) describe; the computer-tool planners (`anthropic`,
+    `openai-computer`) need the `desktop` their tool acts on."""
     from agent.uitars import UiTarsPlanner
 
     role = settings.planner
     assert role.model is not None and role.family is not None, "resolve() the settings first"
+    if role.kind in TOOL_KINDS:
+        return _tool_planner(settings, desktop)
     model = ChatModel(
         role.model,
         role.base_url or settings.base_url or "",
@@ -45,6 +50,28 @@ def build_planner(settings: AgentSettings) -> Planner:
         allow_exec=settings.allow_exec,
         max_parse_retries=settings.max_parse_retries,
     )
+
+
+def _tool_planner(settings: AgentSettings, desktop: AsyncDesktop | None) -> Planner:
+    role = settings.planner
+    assert role.model is not None
+    if desktop is None:
+        raise InvalidRequest(f"the {role.kind} planner needs the desktop its tool acts on")
+    key = role.api_key or (settings.api_key if settings.api_key != "EMPTY" else None)
+    options = {
+        "base_url": role.base_url or settings.base_url,
+        "api_key": key,
+        "max_tokens": role.max_tokens,
+        "timeout_s": settings.timeout_s,
+        "max_retries": settings.max_retries,
+    }
+    if role.kind == "anthropic":
+        from agent.claude import ClaudePlanner
+
+        return ClaudePlanner(desktop, role.model, version=role.computer_tool, **options)
+    from agent.openai_computer import OpenAIComputerPlanner
+
+    return OpenAIComputerPlanner(desktop, role.model, **options)
 
 
 def build_grounder(settings: AgentSettings, desktop: AsyncDesktop) -> Grounder | None:
@@ -74,10 +101,11 @@ async def agent_for(
     store: RunStore | None = None,
     on_step: OnStep | None = None,
     run_id: str | None = None,
+    recording: RecordingInfo | None = None,
 ) -> AsyncIterator[Agent]:
     """An `Agent` with the models `settings` name, closed again on the way out."""
     settings = settings.resolve()
-    planner = build_planner(settings)
+    planner = build_planner(settings, desktop)
     grounder = None
     try:
         grounder = build_grounder(settings, desktop)
@@ -91,6 +119,7 @@ async def agent_for(
             a11y_text=settings.a11y_text,
             grounder_name=settings.grounder.spec,
             run_id=run_id,
+            recording=recording,
         )
     finally:
         try:

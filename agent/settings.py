@@ -42,7 +42,10 @@ from pydantic_settings import (
 
 from desktop.protocol.errors import InvalidRequest
 
-PlannerKind = Literal["json", "ui-tars"]
+PlannerKind = Literal["json", "ui-tars", "anthropic", "openai-computer"]
+TOOL_KINDS = ("anthropic", "openai-computer")
+"""Planners that speak a vendor's computer tool: the endpoint is the vendor's API (its
+client's default when unset), and they ground themselves."""
 UI_TARS_FAMILIES = ("ui-tars", "ui-tars-1.5")
 """Families whose models plan in UI-TARS's own action language."""
 
@@ -85,13 +88,18 @@ class PlannerSettings(_Section):
     model: str | None = None
     """The model name the endpoint serves."""
     kind: PlannerKind | None = None
-    """`json` (any vision chat model, elements by description) or `ui-tars` (the model
-    grounds itself); None: `ui-tars` for UI-TARS models, else `json`."""
+    """`json` (any vision chat model, elements by description), `ui-tars` (the model
+    grounds itself), `anthropic` (Claude's computer tool, Messages API) or `openai-computer`
+    (OpenAI's computer tool, Responses API); None: `ui-tars` for UI-TARS models, else `json`."""
     family: str | None = None
     """Frame of points in answers and the image size sent; None: guessed from the name."""
     base_url: str | None = None
     """This role's endpoint, when it differs from the shared `base_url`."""
     api_key: str | None = None
+    computer_tool: Literal["computer_20250124", "computer_20251124"] = "computer_20251124"
+    """For `anthropic`: the computer tool version (20251124 adds zoom)."""
+    max_tokens: Annotated[int, Field(ge=256, le=128_000)] = 4096
+    """For `anthropic` and `openai-computer`: the longest answer asked for, tokens."""
 
 
 class GrounderSettings(_Section):
@@ -118,6 +126,9 @@ class RunLimits(_Section):
     """Earlier screenshots shown to the planner besides the current one (all text is kept)."""
     settle_quiet_ms: Annotated[int, Field(ge=10, le=10_000)] = 150
     """Milliseconds without a screen change that count as settled after an action."""
+    settle_idle_ms: Annotated[int, Field(ge=10, le=10_000)] | None = 50
+    """Settled sooner: this long without drawing while the desktop's programs are idle (no
+    CPU wanted); None waits the whole `settle_quiet_ms` after every action."""
     settle_timeout_ms: Annotated[int, Field(ge=10, le=60_000)] = 3_000
     """Longest wait for the screen to settle, milliseconds."""
     launch_timeout_s: Annotated[float, Field(gt=0, le=120)] = 10.0
@@ -171,6 +182,10 @@ class AgentSettings(BaseSettings):
                 "no planner model: pass --model, set CUBICLE_PLANNER_MODEL, or set "
                 "[planner] model in the config file"
             )
+        if planner.kind in TOOL_KINDS:  # the vendor's API unless told otherwise; no grounder
+            planner = planner.model_copy(update={"family": planner.family or "generic"})
+            grounder = grounder.model_copy(update={"spec": None})
+            return self.model_copy(update={"planner": planner, "grounder": grounder})
         if not (planner.base_url or self.base_url):
             raise InvalidRequest(
                 "no model endpoint: pass --model-url, set OPENAI_BASE_URL, or set base_url "

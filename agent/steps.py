@@ -34,6 +34,10 @@ class ModelCall(_Record):
     """Milliseconds, retries and backoff included."""
     attempts: int = 1
     """HTTP requests made for this call."""
+    prompt_tokens: int | None = None
+    """Tokens in the request, as the endpoint reported them (None: it did not say)."""
+    completion_tokens: int | None = None
+    """Tokens in the answer, as the endpoint reported them (None: it did not say)."""
     error: str | None = None
     """Why the answer could not be used (fed back to the model), or why the call failed."""
 
@@ -108,6 +112,9 @@ class StepRecord(_Record):
     settled: bool | None = None
     """Whether the screen went quiet before the settle timeout; None when not waited for."""
     timings: StepTimings
+    video_offset_ms: float | None = None
+    """Milliseconds from the start of the run's recording to this step's action (to its
+    screenshot when it did not act), for seeking the video; None without a recording."""
 
     @property
     def point(self) -> tuple[int, int] | None:
@@ -132,6 +139,9 @@ class RunRecord(_Record):
     finished_at: datetime | None = None
     steps: int = 0
     """Steps recorded so far."""
+    recording_id: str | None = None
+    """The run's video: recording `recording_id` of desktop `desktop_id`, when one was made
+    (`GET /api/desktops/{desktop_id}/recordings/{recording_id}.mp4`)."""
     max_steps: int
     max_wall_s: float
     """The run's time limit, seconds."""

@@ -19,14 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    adapters,
     agent_step,
     board,
     click,
     create,
     density,
+    evals,
     grounding,
     hardening,
     live,
+    pointer,
     screenshot,
 )
 from bench._run import Options, machine, progress
@@ -39,7 +42,10 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "grounding": lambda options: grounding.run(options.quick),
     "agent_step": lambda options: agent_step.run(options.quick),
     "live": lambda options: live.run(options.quick),
+    "pointer": lambda options: pointer.run(options.quick),
     "board": board.run,
+    "adapters": adapters.run,
+    "evals": lambda options: evals.run(options.quick),
     "hardening": hardening.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""

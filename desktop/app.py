@@ -53,7 +53,6 @@ def create_app(
             for room in rooms:
                 await room.start(services)
                 started.append(room)
-                services.add(room)
             if on_ready is not None:
                 on_ready(f"http://{settings.host}:{settings.port}/?token={services.token}")
             yield {"services": services}

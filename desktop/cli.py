@@ -6,6 +6,8 @@ cubicle desktop ls                 list desktops
 cubicle desktop screenshot ID -o shot.png
 cubicle desktop kill ID
 cubicle run "TASK" --model-url URL --model NAME   run the agent on a fresh desktop
+cubicle eval SUITE --model-url URL --model NAME   run a suite of OSWorld-format tasks
+cubicle mcp                        serve MCP on stdin/stdout (for Claude Desktop and the like)
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ if TYPE_CHECKING:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from agent.evals.room import EvalRoom
     from agent.room import AgentRoom  # the assembly is where the rooms meet
     from desktop.app import create_app
+    from desktop.mcp.room import McpRoom
     from desktop.settings import Settings
     from streaming.api import LiveRoom
 
@@ -43,8 +47,9 @@ def _serve(args: argparse.Namespace) -> int:
         board = url.replace("/?token=", "/web/board.html?token=")
         print(f"\nCubicle is running: {url}\nTask board: {board}\n", flush=True)
 
+    rooms = [LiveRoom(), AgentRoom(), McpRoom(), EvalRoom()]
     uvicorn.run(
-        create_app(settings, on_ready=announce, rooms=[LiveRoom(), AgentRoom()]),
+        create_app(settings, on_ready=announce, rooms=rooms),
         host=settings.host,
         port=settings.port,
         log_level="warning",
@@ -80,6 +85,15 @@ async def _desktop(args: argparse.Namespace) -> int:
             print(f"killed {args.id}")
     finally:
         await d.close()
+    return 0
+
+
+async def _mcp(args: argparse.Namespace) -> int:
+    from desktop.mcp.server import serve_stdio
+    from desktop.mcp.session import Connection
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout carries MCP
+    await serve_stdio(Connection.resolve(args.url, args.token))
     return 0
 
 
@@ -188,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--api-key", help="its API key (OPENAI_API_KEY)")
     run.add_argument("--model", help="the planner model (CUBICLE_PLANNER_MODEL)")
     run.add_argument(
-        "--planner", choices=["json", "ui-tars"], help="planner kind (default: by name)"
+        "--planner",
+        choices=["json", "ui-tars", "anthropic", "openai-computer"],
+        help="planner kind (default: by name); anthropic and openai-computer use the "
+        "vendor's computer tool, --model-url then being the vendor's API",
     )
     run.add_argument("--planner-family", help="frame of points in its answers (default: by name)")
     run.add_argument(
@@ -209,12 +226,25 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--network", action="store_true", help="give a fresh desktop a network")
     run.add_argument("--data-dir", help="where runs are recorded (CUBICLE_DATA_DIR)")
 
+    mcp = commands.add_parser("mcp", help="serve MCP on stdin/stdout for a running service")
+    mcp.add_argument("--url", help="the service (CUBICLE_URL, default http://127.0.0.1:8000)")
+    mcp.add_argument("--token", help="its token (CUBICLE_TOKEN, default the token file)")
+
+    from agent.evals import cli as evals_cli  # parses nothing until `eval` runs
+
+    evals = commands.add_parser("eval", help="run a suite of OSWorld-format tasks, print a score")
+    evals_cli.configure(evals)
+
     args = parser.parse_args(argv)
     try:
+        if args.command == "eval":
+            return evals_cli.main(args)
         if args.command == "serve":
             return _serve(args)
         if args.command == "run":
             return asyncio.run(_run(args))
+        if args.command == "mcp":
+            return asyncio.run(_mcp(args))
         return asyncio.run(_desktop(args))
     except CubicleError as exc:
         print(f"cubicle: {exc.message}", file=sys.stderr)

@@ -101,8 +101,7 @@ class GuestClient:
         if params:
             fields = {k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()}
             path = f"{path}?{urlencode(fields)}"
-        target = path
-        head = b"%s %s HTTP/1.1\r\n" % (method.encode(), target.encode()) + self._fixed_headers
+        head = b"%s %s HTTP/1.1\r\n" % (method.encode(), path.encode()) + self._fixed_headers
         if content_type:
             head += b"content-type: %s\r\n" % content_type.encode()
         if length or method in ("POST", "PUT", "PATCH"):
@@ -146,12 +145,17 @@ class GuestClient:
         if timeout_s is not None:
             timeouts = Timeouts(timeouts.connect, timeout_s, timeout_s)
         conn = await self._open(method, path, params, json, content, content_type, timeouts)
+        body = await self._read_all(conn, timeouts)
+        return GuestAnswer(conn.status_code, _headers(conn), body)
+
+    async def _read_all(self, conn: _Connection, timeouts: Timeouts) -> bytes:
+        """The rest of an answer (the connection goes back to the pool); raise its error."""
         try:
             body = await self._pool.read_all(conn, timeouts)
         except Http1Error as exc:
             raise GuestUnreachable(f"the desktop's guest stopped answering: {exc}") from exc
         raise_for_status(conn.status_code, body)
-        return GuestAnswer(conn.status_code, _headers(conn), body)
+        return body
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -168,15 +172,9 @@ class GuestClient:
         timeouts = Timeouts(self._timeouts.connect, self._timeouts.write, read_timeout_s)
         conn = await self._open(method, path, params, json, b"", None, timeouts)
         if conn.status_code >= 400:
-            try:
-                body = await self._pool.read_all(conn, timeouts)  # gives the connection back
-            except Http1Error as exc:
-                raise GuestUnreachable(f"the desktop's guest stopped answering: {exc}") from exc
-            raise_for_status(conn.status_code, body)
+            await self._read_all(conn, timeouts)  # raises the guest's error
         try:
             yield GuestStream(conn, read_timeout_s)
-        except Http1Error as exc:
-            raise GuestUnreachable(f"the desktop's guest stopped answering: {exc}") from exc
         finally:
             self._pool.release(conn)
 

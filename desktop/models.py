@@ -95,6 +95,9 @@ class RecordingInfo(BaseModel):
     """Pixels."""
     reason: str | None = None
     """Why a recording failed."""
+    overlay: bool = False
+    """The actions are drawn into the video (click ripples, drag paths, scroll marks,
+    captions of typed text and keys)."""
 
 
 class ActionLog(BaseModel):

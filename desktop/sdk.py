@@ -384,9 +384,11 @@ class AsyncDesktop:
         """A link to the desktop's live view, valid `ttl_s` seconds; `control` may take over."""
         return await self._model(ShareLink, "POST", "share", json={"mode": mode, "ttl_s": ttl_s})
 
-    async def start_recording(self) -> RecordingInfo:
-        """Start recording the screen to MP4 (or get the recording already running)."""
-        return await self._model(RecordingInfo, "POST", "recording/start")
+    async def start_recording(self, *, overlay: bool = False) -> RecordingInfo:
+        """Start recording the screen to MP4 (or get the recording already running).
+        `overlay`: draw the actions into the video (clicks, drags, scrolls, typed text)."""
+        body = {"overlay": True} if overlay else None
+        return await self._model(RecordingInfo, "POST", "recording/start", json=body)
 
     async def stop_recording(self) -> RecordingInfo:
         """Stop the running recording; its final info (duration, frames, size)."""

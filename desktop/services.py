@@ -53,7 +53,9 @@ class Room(Protocol):
     also have `body_limits`: the bodies some of its routes take beyond
     `CUBICLE_MAX_BODY_MB`, (method, path pattern) → bytes (`desktop.api.security`)."""
 
-    async def start(self, services: Services) -> None: ...
+    async def start(self, services: Services) -> None:
+        """Start what the room runs; register what its routes need with `services.add`."""
+        ...
 
     async def stop(self) -> None: ...
 

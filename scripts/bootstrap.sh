@@ -37,12 +37,16 @@ if [ ! -x .venv/bin/python ]; then
     echo "==> creating .venv"
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-extras=""; [ "$mode" = test ] && extras="[test]"
+extras=""; [ "$mode" = test ] && extras="[test,osworld]"
+# OSWorld's package, for its controllers and metrics (tests): without its dependency list,
+# which would pull torch; [osworld] lists what those parts import.
+osworld_env="desktop-env==1.0.2"
 stamp=".venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)$extras"
 if [ ! -f "$stamp" ]; then
     echo "==> installing Python packages${extras:+ with $extras}"
     .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
     .venv/bin/pip install -q --disable-pip-version-check -e ".$extras"
+    [ "$mode" = test ] && .venv/bin/pip install -q --disable-pip-version-check --no-deps "$osworld_env"
     touch "$stamp"
 else
     echo "==> Python packages: up to date"

@@ -2,9 +2,10 @@
 
 Two sides, imported by their module names:
 
-- in the guest (inside the sandbox): `capture` (DAMAGE-driven grabs), `encoder` (libx264),
-  `source` (one encoder for every reader of `GET /frames`), and `frames`, the wire between
-  the two sides. These import nothing of the control plane.
+- in the guest (inside the sandbox): `capture` (DAMAGE-driven grabs), `pointer` (the
+  pointer followed through XInput 2 and XFixes, and drawn into pictures), `encoder`
+  (libx264), `source` (one encoder for every reader of `GET /frames`), and `frames`, the
+  wire between the two sides. These import nothing of the control plane.
 - on the host: `hub` (one reader per desktop, a bounded queue per subscriber), `webrtc`
   (aiortc peers sending the packets as they are), `mjpeg` (the fallback), `control` and
   `keys` (browser input), `recording` (MP4 without re-encoding, with an action log), `live`

@@ -135,8 +135,8 @@ class _SocketOut:
     def __init__(self) -> None:
         self._queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=256)
 
-    def send_text(self, text: str) -> None:
-        if not self._queue.full():
+    def send_text(self, text: str, *, droppable: bool = False) -> None:
+        if self._queue.qsize() < (self._queue.maxsize // 2 if droppable else self._queue.maxsize):
             self._queue.put_nowait(text)
 
     def close(self) -> None:
@@ -201,10 +201,20 @@ async def live_state(desktop_id: str, access: ViewAccess, live: LiveDep) -> Live
     return await live.get(desktop_id).state()
 
 
+class RecordingOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    overlay: bool = False
+    """Draw the actions into the video (click ripples, drag paths, scroll marks, captions of
+    typed text and keys), so the MP4 shows them anywhere. Costs a decode and an encode per
+    frame for this recording; the live stream is not touched."""
+
+
 @router.post("/{desktop_id}/recording/start")
-async def start_recording(desktop_id: str, access: ControlAccess, live: LiveDep) -> RecordingInfo:
+async def start_recording(
+    desktop_id: str, access: ControlAccess, live: LiveDep, body: RecordingOptions | None = None
+) -> RecordingInfo:
     """Start recording the screen to MP4 (or get the recording already running)."""
-    return live.get(desktop_id).start_recording()
+    return live.get(desktop_id).start_recording(overlay=(body or RecordingOptions()).overlay)
 
 
 @router.post("/{desktop_id}/recording/stop")

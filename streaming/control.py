@@ -122,7 +122,10 @@ class InputProblem(BaseModel):
 class Channel(Protocol):
     """How a viewer hears back; sending never blocks and never raises."""
 
-    def send_text(self, text: str) -> None: ...
+    def send_text(self, text: str, *, droppable: bool = False) -> None:
+        """Send one message; a `droppable` one (it matters only now) is dropped rather than
+        kept while the channel cannot take it."""
+        ...
 
     def close(self) -> None:
         """Hang up (the desktop is gone); idempotent."""
@@ -141,6 +144,9 @@ class Viewer:
 
     def send(self, message: BaseModel) -> None:
         self._channel.send_text(message.model_dump_json())
+
+    def send_text(self, text: str, *, droppable: bool = False) -> None:
+        self._channel.send_text(text, droppable=droppable)
 
     def hang_up(self) -> None:
         self._channel.close()
@@ -220,6 +226,13 @@ class Control:
         self._on_hand_over(viewer)
         for each in self.viewers.values():
             each.send(self._state_for(each))
+
+    def tell_all(self, message: BaseModel) -> None:
+        """Tell every viewer something that matters only now (the action overlay): a viewer
+        that cannot take it at once misses it."""
+        text = message.model_dump_json()
+        for viewer in self.viewers.values():
+            viewer.send_text(text, droppable=True)
 
     def _state_for(self, viewer: Viewer) -> ControlState:
         return ControlState(

@@ -27,6 +27,7 @@ from streaming.control import Control, ControlState, Transport, Viewer
 from streaming.guest_source import GuestFrames
 from streaming.hub import FrameHub, HubStats
 from streaming.mjpeg import JpegFeed
+from streaming.overlay import Marker, OverlayMessage
 from streaming.recording import Recorder, read_log
 from streaming.source import VideoStats
 from streaming.webrtc import WebRtcViewer
@@ -81,6 +82,8 @@ class LiveDesktop:
         self.peers: dict[str, WebRtcViewer] = {}
         self.recorder: Recorder | None = None
         """The recording running now; finished ones are files."""
+        self.marker = Marker()
+        """Turns the actions that run here into the overlay's marks."""
         self._guest = guest
         self._by_link: dict[str, list[Callable[[], object]]] = {}
         """What to close when a share link is revoked: the viewers it opened."""
@@ -120,9 +123,15 @@ class LiveDesktop:
         await self._manager.run_actions(self.id, actions, source="viewer")
 
     def log_actions(self, event: ActionsRan) -> None:
-        """Log a batch that ran on this desktop into its recording, if one runs."""
+        """Log a batch that ran on this desktop into its recording, if one runs, and show
+        its marks to the viewers (and to a recording that burns them in)."""
+        marks = self.marker.marks(event.actions)
+        overlay = OverlayMessage(source=event.source, marks=marks) if marks else None
         if self.recorder is not None:
-            self.recorder.log(list(event.actions), self.hub.clock_us(event.started), event.source)
+            at_us = self.hub.clock_us(event.started)
+            self.recorder.log(list(event.actions), at_us, event.source, overlay)
+        if overlay is not None:
+            self.control.tell_all(overlay)
 
     # --- control ---------------------------------------------------------------------------
 
@@ -141,11 +150,12 @@ class LiveDesktop:
 
     # --- recordings ------------------------------------------------------------------------
 
-    def start_recording(self) -> RecordingInfo:
-        """Start recording; if one is running already, that one."""
+    def start_recording(self, *, overlay: bool = False) -> RecordingInfo:
+        """Start recording (with the actions drawn in, if `overlay`); if one is running
+        already, that one."""
         if self.recorder is None:
             self._manager.hold(self.id, self)
-            self.recorder = Recorder(self.hub, self._recordings_dir, self.id)
+            self.recorder = Recorder(self.hub, self._recordings_dir, self.id, overlay=overlay)
             self.recorder.start()
         return self.recorder.info()
 

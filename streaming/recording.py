@@ -3,9 +3,14 @@
 A `Recorder` is one more subscriber of the desktop's hub, so it starts at a keyframe (asked
 of the guest) and costs no encoding. Time 0 of the video is the moment recording started:
 the first keyframe, which arrives a little later, is shown from 0. Each packet lasts until
-the next one, and the last one until the recording stopped, so a still screen still gives a
-video as long as the recording. Every action run on the desktop while it records (through
-the API or from a viewer) is logged with its offset into the video.
+the next one. At the stop the recording asks for one more keyframe, of the screen as it is
+then, and ends with it: browsers end a video at its last frame's start, so without it a
+still screen would play only up to its last change. Every action run on the desktop while
+it records (through the API or from a viewer) is logged with its offset into the video.
+
+A recording started with `overlay=True` shows the actions on the picture as well (click
+ripples, drag paths, scroll marks, captions of typed text and keys): its frames go through
+a `streaming.burnin.BurnIn` (decode, draw, encode) before they are muxed.
 
 Files, in the recordings directory of the desktop: `<id>.mp4.part` while recording, then
 `<id>.mp4` and `<id>.json` (the `ActionLog`).
@@ -17,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterable
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -25,13 +31,18 @@ import av
 
 from desktop.models import ActionEntry, ActionLog, ActionSource, RecordingInfo
 from desktop.protocol import actions as a
+from desktop.protocol.errors import CubicleError
+from streaming.burnin import BurnIn
 from streaming.frames import EncodedFrame
 from streaming.hub import FrameHub, Subscription
+from streaming.overlay import OverlayMessage
 
 log = logging.getLogger("cubicle.streaming")
 
 FIRST_FRAME_TIMEOUT_S = 5.0
 """How long a stopping recording still waits for its first frame."""
+LAST_FRAME_TIMEOUT_S = 2.0
+"""How long a stopping recording waits for its last frame: the screen at the stop."""
 _MICROSECONDS = Fraction(1, 1_000_000)
 _MIN_LAST_US = 33_333
 """Shortest duration given to the last frame: one frame at 30 fps."""
@@ -62,14 +73,21 @@ class _Mp4Writer:
 class Recorder:
     """One recording of one desktop, from `start()` to `stop()`."""
 
-    def __init__(self, hub: FrameHub, directory: Path, desktop_id: str) -> None:
+    def __init__(
+        self, hub: FrameHub, directory: Path, desktop_id: str, *, overlay: bool = False
+    ) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.desktop_id = desktop_id
         self.directory = directory
         self._hub = hub
         self._info = RecordingInfo(
-            id=self.id, desktop_id=desktop_id, status="recording", started_at=datetime.now(UTC)
+            id=self.id,
+            desktop_id=desktop_id,
+            status="recording",
+            started_at=datetime.now(UTC),
+            overlay=overlay,
         )
+        self._burn_in: BurnIn | None = None
         self._entries: list[tuple[int, ActionSource, a.Action]] = []
         self._writer: _Mp4Writer | None = None
         self._t0: int | None = None
@@ -79,6 +97,10 @@ class Recorder:
         self._pending_at = 0
         """Hub-clock microseconds from which the pending frame shows."""
         self._first = asyncio.Event()
+        self._closing_at: int | None = None
+        """Hub-clock microseconds of the stop, once it began."""
+        self._last = asyncio.Event()
+        """Set once a frame of the stop's moment (or later) arrived."""
         self._task: asyncio.Task | None = None
         self._stopping: asyncio.Task | None = None
         self._subscription: Subscription | None = None
@@ -105,12 +127,25 @@ class Recorder:
             self._t0 = self._hub.clock_us()
             self.directory.mkdir(parents=True, exist_ok=True)
             self._subscription = self._hub.subscribe(f"recording-{self.id}")
-            self._task = asyncio.create_task(self._run(self._subscription), name=self.id)
+            frames: AsyncIterable[EncodedFrame] = self._subscription
+            if self._info.overlay:
+                self._burn_in = BurnIn(self._subscription, self._hub.clock_us)
+                frames = self._burn_in
+            self._task = asyncio.create_task(self._run(frames), name=self.id)
 
-    def log(self, actions: list[a.Action], at_us: int, source: ActionSource) -> None:
-        """Note actions that ran at `at_us` on the hub's clock."""
+    def log(
+        self,
+        actions: list[a.Action],
+        at_us: int,
+        source: ActionSource,
+        overlay: OverlayMessage | None = None,
+    ) -> None:
+        """Note actions that ran at `at_us` on the hub's clock, and draw their marks when
+        the overlay is burned in."""
         if self.recording:
             self._entries.extend((at_us, source, action) for action in actions)
+            if self._burn_in is not None and overlay is not None:
+                self._burn_in.show(overlay, at_us)
 
     def info(self) -> RecordingInfo:
         return self._info.model_copy()
@@ -125,10 +160,10 @@ class Recorder:
             ],
         )
 
-    async def _run(self, subscription: Subscription) -> None:
+    async def _run(self, frames: AsyncIterable[EncodedFrame]) -> None:
         assert self._t0 is not None
         try:
-            async for frame in subscription:
+            async for frame in frames:
                 if self._writer is None:
                     self._writer = await asyncio.to_thread(
                         _Mp4Writer, self._part, frame.width, frame.height
@@ -139,10 +174,17 @@ class Recorder:
                 if self._pending is not None:
                     await self._write(self._pending, self._pending_at, at)
                 self._pending, self._pending_at = frame, at
+                if self._closing_at is not None and at >= self._closing_at:
+                    self._last.set()
         except (av.FFmpegError, OSError) as exc:
             log.warning("recording %s failed: %s", self.id, exc)
             self._info.reason = f"writing the video failed: {exc}"
-            subscription.close()
+        except CubicleError as exc:  # drawing the overlay failed
+            log.warning("recording %s failed: %s", self.id, exc)
+            self._info.reason = exc.message
+        finally:
+            if self._subscription is not None:
+                self._subscription.close()
 
     async def _write(self, frame: EncodedFrame, start_us: int, end_us: int) -> None:
         """Write a frame shown from `start_us` to `end_us` (hub clock)."""
@@ -161,6 +203,19 @@ class Recorder:
         if self._pending is None and self._info.reason is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._first.wait(), FIRST_FRAME_TIMEOUT_S)
+        if self._pending is not None and self._task is not None and not self._task.done():
+            self._closing_at = stopped_us
+            self._hub.request_keyframe()
+            last = asyncio.create_task(self._last.wait())
+            try:  # unless the frames end first (the desktop went away)
+                await asyncio.wait(
+                    {last, self._task},
+                    timeout=LAST_FRAME_TIMEOUT_S,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                last.cancel()
+                await asyncio.wait({last})
         if self._subscription is not None:
             self._subscription.close()
         if self._task is not None:

@@ -7,6 +7,10 @@ while anyone subscribes: the first subscriber starts it, the last one to leave s
 changes nothing is grabbed, encoded or sent, unless someone asks for a keyframe: then the
 last picture is encoded again as an IDR.
 
+The pointer is part of the picture: a `PointerWatch` wakes the thread when it moves or
+changes shape (no polling), and the encoder draws it over the capture. A pointer that moves
+over a still screen grabs nothing: only its old and new rectangles are converted again.
+
 Each subscriber gets its own bounded queue on its event loop and starts at a keyframe. A
 subscriber that falls behind loses frames until the next keyframe, which it asks for once it
 has caught up; it never holds up the others.
@@ -28,6 +32,7 @@ from desktop.protocol.errors import CubicleError, SandboxError
 from streaming.capture import DamagedScreen
 from streaming.encoder import H264Encoder
 from streaming.frames import EncodedFrame
+from streaming.pointer import Pointer, PointerWatch
 
 log = logging.getLogger("cubicle.streaming")
 
@@ -52,6 +57,9 @@ class VideoStats:
     """Grabs identical to the previous picture, not encoded."""
     frames_encoded: int
     """Access units produced, keyframes included."""
+    pointer_frames: int
+    """Of those, frames for a pointer that moved or changed shape over a still screen: only
+    the pointer's old and new rectangles were converted."""
     keyframes: int
     """IDRs produced: a stream's first frame, and one per request."""
     frames_dropped: int
@@ -68,6 +76,7 @@ class _Counters:
 
     def __init__(self) -> None:
         self.captured = self.skipped = self.encoded = self.keyframes = self.dropped = 0
+        self.pointer_frames = 0
         self.encode_seconds = 0.0
         self.cpu_seconds_done = 0.0
         """CPU seconds of the threads that have ended."""
@@ -235,6 +244,7 @@ class VideoSource:
             frames_captured=counters.captured,
             frames_skipped=counters.skipped,
             frames_encoded=counters.encoded,
+            pointer_frames=counters.pointer_frames,
             keyframes=counters.keyframes,
             frames_dropped=counters.dropped,
             encode_seconds=counters.encode_seconds,
@@ -328,7 +338,11 @@ class _Worker(threading.Thread):
                 self._previous = None
             screen = DamagedScreen(self._source.display)
             try:
-                self._serve(screen, started_cpu)
+                watch = PointerWatch(self._source.display)
+                try:
+                    self._serve(screen, watch, started_cpu)
+                finally:
+                    watch.close()
             finally:
                 screen.close()
         except CubicleError as exc:
@@ -347,26 +361,34 @@ class _Worker(threading.Thread):
                 os.close(self._wake_write)
                 self._wake_read = self._wake_write = -1
 
-    def _serve(self, screen: DamagedScreen, started_cpu: float) -> None:
+    def _serve(self, screen: DamagedScreen, watch: PointerWatch, started_cpu: float) -> None:
         source, counters = self._source, self._source._counters
         encoder = H264Encoder(screen.width, screen.height, fps=source._fps or 30, crf=source._crf)
         try:
             started = time.monotonic()
             picture: bytearray | None = None
+            pointer: Pointer | None = None
             last_pts = -1
             changed = True  # nothing captured yet
+            moved = True  # nor the pointer read
             next_grab = started
             while not self._stopping:
                 self.cpu_seconds = time.thread_time() - started_cpu
                 changed = screen.take_damage() or changed
+                moved = watch.take_events() or moved
                 keyframe = source._keyframe_wanted
                 now = time.monotonic()
-                if changed and now < next_grab:  # at most `fps` grabs a second
-                    self._wait(None, next_grab - now)
+                if (changed or moved) and now < next_grab:  # at most `fps` frames a second
+                    self._wait([], next_grab - now)
                     continue
+                if not (changed or moved or (keyframe and picture is not None)):
+                    self._wait([screen.fileno(), watch.fileno()], None)  # idle until X or a wake
+                    continue
+                rows = range(0)  # nothing new on the screen: a keyframe, or the pointer moved
+                if changed or moved:
+                    next_grab = now + 1 / max(source._fps, 1)
                 if changed:
                     changed = False
-                    next_grab = now + 1 / max(source._fps, 1)
                     counters.captured += 1
                     if picture is None:
                         rows, picture = range(screen.height), screen.grab()
@@ -379,19 +401,23 @@ class _Worker(threading.Thread):
                             band = slice(rows.start * stride, rows.stop * stride)
                             same = picture[band] == pixels
                             picture[band] = pixels
-                        if same and not keyframe:  # damaged, yet the same pixels
-                            counters.skipped += 1
-                            continue
-                elif not keyframe or picture is None:
-                    self._wait(screen.fileno(), None)  # idle until X or someone wakes us
-                    continue
-                else:
-                    rows = range(0)  # a keyframe of the same picture
+                        if same:  # damaged, yet the same pixels
+                            rows = range(0)
+                            if not (keyframe or moved):
+                                counters.skipped += 1
+                                continue
+                if moved:
+                    moved = False
+                    was, pointer = pointer, watch.read()
+                    if was == pointer and not len(rows) and not keyframe:
+                        continue  # moved away and back between two looks
+                    counters.pointer_frames += not len(rows) and not keyframe
+                assert picture is not None
                 pts = max(round((now - started) * 1_000_000), last_pts + 1)
                 last_pts = pts
                 began = time.perf_counter()
                 keyframe = source._take_keyframe_request()
-                frame = encoder.encode(picture, pts, keyframe=keyframe, rows=rows)
+                frame = encoder.encode(picture, pts, keyframe=keyframe, rows=rows, pointer=pointer)
                 counters.encode_seconds += time.perf_counter() - began
                 counters.encoded += 1
                 counters.keyframes += frame.keyframe
@@ -399,10 +425,10 @@ class _Worker(threading.Thread):
         finally:
             encoder.close()
 
-    def _wait(self, x_fd: int | None, timeout: float | None) -> None:
-        """Sleep until the X connection is readable, someone wakes us, or the timeout."""
-        fds = [self._wake_read] if x_fd is None else [self._wake_read, x_fd]
-        readable, _, _ = select.select(fds, [], [], timeout)
+    def _wait(self, fds: list[int], timeout: float | None) -> None:
+        """Sleep until one of `fds` (X connections) is readable, someone wakes us, or the
+        timeout."""
+        readable, _, _ = select.select([self._wake_read, *fds], [], [], timeout)
         if self._wake_read in readable:
             with contextlib.suppress(BlockingIOError):
                 while os.read(self._wake_read, 64):

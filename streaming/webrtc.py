@@ -115,9 +115,10 @@ class _DataChannelOut:
             channel.send(text)
         self._pending.clear()
 
-    def send_text(self, text: str) -> None:
+    def send_text(self, text: str, *, droppable: bool = False) -> None:
         if self._channel is None:
-            self._pending = [*self._pending[-15:], text]
+            if not droppable:
+                self._pending = [*self._pending[-15:], text]
         elif self._channel.readyState == "open":
             self._channel.send(text)
 

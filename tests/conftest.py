@@ -16,6 +16,7 @@ from playwright.sync_api import Browser, sync_playwright
 
 from desktop.launcher import ServiceProcess
 from tests.agent.fake_model import FakeModelServer
+from tests.agent.fake_vendors import FakeVendorServer
 
 Service = ServiceProcess
 
@@ -113,6 +114,20 @@ def fake_model(fake_model_server: FakeModelServer) -> FakeModelServer:
     """The shared model server, with no script and no recorded requests."""
     fake_model_server.reset()
     return fake_model_server
+
+
+@pytest.fixture(scope="session")
+def fake_vendor_server() -> Iterator[FakeVendorServer]:
+    """One scripted Anthropic Messages + OpenAI Responses server for the run; use `fake_vendor`."""
+    with FakeVendorServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_vendor(fake_vendor_server: FakeVendorServer) -> FakeVendorServer:
+    """The shared vendor server, with no script and no recorded requests."""
+    fake_vendor_server.reset()
+    return fake_vendor_server
 
 
 @pytest.fixture

@@ -55,6 +55,9 @@ function render(task) {
     node.dataset.id = task.id;
     $(".timeline-box", node).addEventListener("toggle", () => loadSteps(task.id));
     $(".enlarge", node).onclick = () => enlarge(cards.get(task.id).task);
+    const replay = $(".recording", node);
+    replay.addEventListener("timeupdate", () => markPlayedStep(node));
+    replay.addEventListener("seeked", () => markPlayedStep(node));
     entry = { node, task, stepsFor: null };
     cards.set(task.id, entry);
   }
@@ -67,6 +70,7 @@ function render(task) {
   $(".badge", node).className = `badge ${task.status}`;
   const meta = [task.profile !== "default" ? task.profile : "", task.start ? `starts ${task.start}` : ""];
   if (task.steps) meta.push(`${task.steps} step${task.steps === 1 ? "" : "s"}`);
+  if (task.tag) meta.push(task.tag.split(":").slice(1).join(" · "));
   $(".meta", node).textContent = meta.filter(Boolean).join(" · ");
   if (!node.classList.contains("editing")) $(".text", node).textContent = task.text;
   $(".result", node).textContent = task.result || "";
@@ -187,12 +191,41 @@ function addStep(step) {
   const where = step.x !== null ? ` → (${step.x}, ${step.y}) ${step.source}` : "";
   text.textContent = `${step.index}. ${step.action || "no action"}${where} · ${(step.total_ms / 1000).toFixed(1)} s`;
   item.append(text);
+  if (step.thought) item.append(Object.assign(document.createElement("q"), { textContent: step.thought }));
+  if (step.video_offset_ms !== null && step.video_offset_ms !== undefined) {
+    // A finished task's recording plays above its steps: a step seeks it to its action.
+    item.dataset.offset = step.video_offset_ms;
+    item.classList.add("seekable");
+    item.title = "show this step in the recording";
+    item.onclick = () => seek($(".recording", entry.node), step.video_offset_ms);
+  }
   if (step.error) {
     const error = document.createElement("em");
     error.textContent = step.error;
     item.append(error);
   }
   list.append(item);
+}
+
+// Move a card's recording to `ms`; a video not loaded yet (preload="none") loads first.
+function seek(replay, ms) {
+  if (replay.hidden) return;
+  const go = () => { replay.currentTime = ms / 1000; };
+  if (replay.readyState >= HTMLMediaElement.HAVE_METADATA) return go();
+  replay.addEventListener("loadedmetadata", go, { once: true });
+  replay.preload = "metadata";
+  replay.load();
+}
+
+// Mark the step a card's recording shows now: the last one whose action came before.
+function markPlayedStep(node) {
+  const ms = $(".recording", node).currentTime * 1000 + 1;
+  let shown = null;
+  for (const item of node.querySelectorAll(".timeline li[data-offset]")) {
+    if (+item.dataset.offset <= ms) shown = item;
+  }
+  node.querySelectorAll(".timeline li.current").forEach((item) => { if (item !== shown) item.classList.remove("current"); });
+  if (shown) shown.classList.add("current");
 }
 
 function edit(id) {

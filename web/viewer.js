@@ -106,6 +106,7 @@ async function start() {
   try {
     const live = await api("GET", `${base}/live`);
     view.screen = live.desktop.screen;
+    overlay.setSize(view.screen.width, view.screen.height);
   } catch (error) {
     say(error.message);
     return;
@@ -135,6 +136,8 @@ function onMessage(message) {
     view.controller = message.controller;
     view.canControl = message.can_control;
     showControl();
+  } else if (message.type === "overlay") {
+    overlay.show(message);
   } else if (message.type === "error") {
     say(message.detail);
   }

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from agent.board.db import TaskDB
 from agent.board.events import Events
+from agent.board.hooks import TaskHooks, tag_prefix
 from agent.board.models import (
     DEFAULT_PROFILE,
     FINISHED,
@@ -77,6 +78,8 @@ class Board:
         self._scheduler: asyncio.Task[None] | None = None
         self._saving: set[asyncio.Task[None]] = set()
         self._store = RunStore(self.data_dir)
+        self.hooks: dict[str, TaskHooks] = {}
+        """Hooks of the rooms that tag tasks, by tag prefix (see `agent.board.hooks`)."""
 
     async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -110,6 +113,8 @@ class Board:
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        while self._saving:  # steps still being written: the database must see them
+            await asyncio.wait(set(self._saving))
         self.events.close()
         if self._db is not None:
             await self._call(self._db.close)
@@ -129,6 +134,10 @@ class Board:
 
     async def counts(self) -> dict[str, int]:
         return await self._call(self.db.counts)
+
+    async def tagged(self, prefix: str) -> list[Task]:
+        """Every task whose tag starts with `prefix`, oldest first."""
+        return await self._call(self.db.tagged, prefix)
 
     async def steps(self, task_id: int) -> list[TaskStep]:
         task = await self.get(task_id)
@@ -195,7 +204,10 @@ class Board:
         """Take a queued task off the queue, or stop a running one at once."""
         task = await self.get(task_id)
         if task.status == "queued":
-            return await self._finish(task_id, "cancelled", "cancelled before it started")
+            task = await self._finish(task_id, "cancelled", "cancelled before it started")
+            if (hooks := self.hooks.get(tag_prefix(task.tag) or "")) is not None:
+                await self._tell_ended(hooks, task)
+            return task
         run = self._runs.get(task_id)
         if run is None:
             raise Conflict(f"task {task_id} is {task.status}: there is nothing to cancel")
@@ -312,6 +324,7 @@ class Board:
 
     async def _start(self, task: Task, settings: BoardSettings) -> None:
         profiles = await self.profiles()
+        hooks = None
         try:
             profile = profiles.get(task.profile)
             if profile is None:
@@ -327,8 +340,13 @@ class Board:
                 record=settings.record,
                 keep_desktop_s=settings.keep_desktop_s,
             )
+            hooks = self.hooks.get(tag_prefix(task.tag) or "") if task.tag else None
+            if task.tag and hooks is None:
+                raise InvalidRequest(f"nothing on this service runs tasks tagged {task.tag!r}")
         except InvalidRequest as exc:
-            await self._finish(task.id, "failed", f"cannot start: {exc.message}")
+            failed = await self._finish(task.id, "failed", f"cannot start: {exc.message}")
+            if hooks is not None:
+                await self._tell_ended(hooks, failed)
             return
         claimed = await self._call(self.db.claim, task.id, new_run_id())
         if claimed is None:
@@ -342,6 +360,7 @@ class Board:
             self._store,
             update=self._update,
             on_step=self._on_step,
+            hooks=hooks,
         )
         self._runs[task.id] = run
         self._workers[task.id] = asyncio.create_task(self._work(run), name=f"task-{task.id}")
@@ -351,9 +370,11 @@ class Board:
         try:
             status, result = await run.run()
             run.ended = True
-            await self._finish(task_id, status, result)
+            final = await self._finish(task_id, status, result)
             run.finished.set()
             await asyncio.shield(run.release())
+            if run.hooks is not None:
+                await self._tell_ended(run.hooks, final)
         finally:
             run.finished.set()
             self._runs.pop(task_id, None)
@@ -370,12 +391,18 @@ class Board:
             await run.finished.wait()
         return await self.get(task_id)
 
+    async def _tell_ended(self, hooks: TaskHooks, task: Task) -> None:
+        try:
+            await hooks.ended(task)
+        except Exception:  # the room's problem must not take the board's worker down
+            log.exception("task %s: the hooks of its tag %r failed", task.id, task.tag)
+
     def _on_step(self, step: TaskStep) -> None:
         async def save() -> None:
             await self._call(self.db.add_step, step)
             self.events.publish("step", step=step.model_dump(mode="json"))
 
-        saving = asyncio.get_running_loop().create_task(save())
+        saving = asyncio.get_running_loop().create_task(save(), name=f"save-step-{step.task_id}")
         self._saving.add(saving)
         saving.add_done_callback(self._saving.discard)
 

@@ -61,6 +61,8 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # Pages apply only news: every change to a task counts up its version.
     "ALTER TABLE tasks ADD COLUMN version INTEGER NOT NULL DEFAULT 0",
+    # Tasks another room queued (an evaluation run) carry its tag.
+    "ALTER TABLE tasks ADD COLUMN tag TEXT; CREATE INDEX tasks_by_tag ON tasks (tag)",
 )
 """Schema changes in order; migration N brings `user_version` from N to N + 1."""
 
@@ -127,7 +129,7 @@ class TaskDB:
             for offset, task in enumerate(tasks, start=1):
                 cursor = self._db.execute(
                     "INSERT INTO tasks (text, profile, start, status, position, max_steps,"
-                    " max_wall_s, created_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
+                    " max_wall_s, created_at, tag) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
                     (
                         task.text,
                         task.profile,
@@ -136,6 +138,7 @@ class TaskDB:
                         task.max_steps,
                         task.max_wall_s,
                         now,
+                        task.tag,
                     ),
                 )
                 ids.append(cursor.lastrowid)
@@ -162,6 +165,14 @@ class TaskDB:
             [*params, limit, offset],
         ).fetchall()
         return [_task(row) for row in rows], total
+
+    def tagged(self, prefix: str) -> list[Task]:
+        """Every task whose tag starts with `prefix`, oldest first."""
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self._db.execute(
+            "SELECT * FROM tasks WHERE tag LIKE ? ESCAPE '\\' ORDER BY id", (escaped + "%",)
+        )
+        return [_task(row) for row in rows]
 
     def counts(self) -> dict[str, int]:
         rows = self._db.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status")

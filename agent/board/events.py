@@ -21,10 +21,6 @@ class Events:
     def __init__(self) -> None:
         self._listeners: set[asyncio.Queue[str | None]] = set()
 
-    @property
-    def listeners(self) -> int:
-        return len(self._listeners)
-
     def publish(self, kind: str, **data: Any) -> None:
         """Send event `kind` with `data` (JSON-able) to every listener."""
         message = f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n"

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from agent.settings import PlannerKind
+
 TaskStatus = Literal["queued", "running", "paused", "done", "failed", "cancelled", "interrupted"]
 ACTIVE: tuple[TaskStatus, ...] = ("running", "paused")
 """A worker holds the task and its desktop."""
@@ -23,6 +25,9 @@ ProfileName = Annotated[
     str, StringConstraints(strip_whitespace=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ]
 StartTarget = Annotated[str, StringConstraints(strip_whitespace=True, max_length=2000)]
+Tag = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:#-]{0,255}$")]
+"""Marks a task as another room's (`eval:<run>:<task>:<attempt>`): the board runs it with
+that room's hooks (`agent.board.hooks`)."""
 MaxSteps = Annotated[int, Field(ge=1, le=999)]
 SQLITE_MAX = 2**63 - 1
 TaskId = Annotated[int, Field(ge=1, le=SQLITE_MAX)]
@@ -52,6 +57,8 @@ class NewTask(_In):
     """The step cap of this task; None: the board's default."""
     max_wall_s: MaxWall | None = None
     """The time cap of this task, seconds; None: the board's default."""
+    tag: Tag | None = None
+    """Whose task it is, when another room queued it (an evaluation run)."""
 
 
 class NewTasks(_In):
@@ -119,6 +126,8 @@ class Task(BaseModel):
     finished_at: datetime | None = None
     version: int = 0
     """Counts every change: of two copies of a task, the higher version is the newer."""
+    tag: str | None = None
+    """Whose task it is, when another room queued it (see `NewTask.tag`)."""
 
 
 class TaskPage(BaseModel):
@@ -154,6 +163,8 @@ class TaskStep(BaseModel):
     total_ms: float = 0.0
     screenshot: str = ""
     """URL path of the step's screenshot with the point drawn ("" when it has none)."""
+    video_offset_ms: float | None = None
+    """Milliseconds into the task's recording at which the step acted; None without one."""
 
 
 class Profile(_In):
@@ -163,7 +174,7 @@ class Profile(_In):
     """OpenAI-compatible endpoint, usually ending in /v1; None: the service's default."""
     api_key: str | None = None
     planner_model: str | None = None
-    planner_kind: Literal["json", "ui-tars"] | None = None
+    planner_kind: PlannerKind | None = None
     planner_family: str | None = None
     grounder: str | None = None
     """Grounders in order, e.g. "a11y,ocr,vlm"."""

@@ -16,12 +16,14 @@ from urllib.parse import urlsplit
 
 from agent import actions as p
 from agent.act import act
+from agent.board.hooks import TaskHooks
 from agent.board.models import Profile, Task, TaskStatus, TaskStep
 from agent.loop import Agent
 from agent.run import agent_for
 from agent.settings import AgentSettings
 from agent.steps import StepRecord
 from agent.store import RunStore
+from desktop import RecordingInfo
 from desktop.protocol.errors import CubicleError
 from desktop.sdk import AsyncDesktop
 
@@ -64,11 +66,15 @@ class TaskRun:
     ending: tuple[TaskStatus, str] | None = None
     """How a person or the service ended the run before the agent did."""
     pause_requested: bool = False
-    recording_id: str | None = None
+    recording: RecordingInfo | None = None
+    """The run's recording, while one runs or after."""
     ended: bool = False
     """Whether `run()` returned (the task is being finished and released)."""
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the task's final status is stored (its desktop may still be releasing)."""
+    hooks: TaskHooks | None = None
+    """What the room that tagged the task does around the agent (see `agent.board.hooks`)."""
+    last_step: StepRecord | None = None
 
     async def run(self) -> tuple[TaskStatus, str | None]:
         """Carry the task out; returns its final status and result. Cancelling the task
@@ -78,22 +84,29 @@ class TaskRun:
             self.desktop = await self._create_desktop()
             await self.update(self.task.id, desktop_id=self.desktop.id)
             if self.plan.record:
-                self.recording_id = await self._start_recording()
+                self.recording = await self._start_recording()
             if self.task.start:
                 await self._open_start(self.task.start)
+            if self.hooks is not None:
+                await self.hooks.before_agent(self.task, self.desktop)
             async with agent_for(
                 self.desktop,
                 self.plan.settings,
                 store=self.store,
                 on_step=self._step_done,
                 run_id=self.task.run_id,
+                recording=self.recording,
             ) as agent:
                 self.agent = agent
                 if self.pause_requested:
                     await agent.pause()
                 record = await agent.run(self.task.text)
             status: TaskStatus = "done" if record.status == "done" else "failed"
-            return status, record.reason
+            result = record.reason
+            if self.hooks is not None:
+                note = await self.hooks.after_agent(self.task, self.desktop, record, self.last_step)
+                result = f"{result} · {note}" if result and note else (note or result)
+            return status, result
         except asyncio.CancelledError:
             return self.ending or ("cancelled", "cancelled by a person")
         except CubicleError as exc:
@@ -126,7 +139,7 @@ class TaskRun:
             token=self.token,
         )
 
-    async def _start_recording(self) -> str | None:
+    async def _start_recording(self) -> RecordingInfo | None:
         assert self.desktop is not None
         try:
             info = await self.desktop.start_recording()
@@ -134,7 +147,7 @@ class TaskRun:
             log.warning("task %s: no recording: %s", self.task.id, exc.message)
             return None
         await self.update(self.task.id, recording_id=info.id)
-        return info.id
+        return info
 
     async def _open_start(self, start: str) -> None:
         """Open the task's start app, file or URL as the agent's own `launch`/`open` would:
@@ -153,7 +166,7 @@ class TaskRun:
         if desktop is None:
             return
         try:
-            if self.recording_id is not None:
+            if self.recording is not None:
                 await desktop.stop_recording()
             if self.plan.keep_desktop_s > 0:
                 await desktop.set_timeout(max(10, self.plan.keep_desktop_s))
@@ -167,6 +180,7 @@ class TaskRun:
     # --- steps ------------------------------------------------------------------------------
 
     def _step_done(self, step: StepRecord) -> None:
+        self.last_step = step
         point = step.grounded[0] if step.grounded else None
         self.on_step(
             TaskStep(
@@ -187,5 +201,6 @@ class TaskRun:
                 screenshot=(
                     f"/api/runs/{step.run_id}/steps/{step.index}.png" if step.screenshot else ""
                 ),
+                video_offset_ms=step.video_offset_ms,
             )
         )

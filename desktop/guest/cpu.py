@@ -15,8 +15,9 @@ import os
 import threading
 from collections.abc import Callable
 
-_SESSION, _THREADS = 3, 17
-"""Indexes in `_stat`'s list of stat fields 6 (session id) and 20 (number of threads)."""
+_STATE, _SESSION, _THREADS = 0, 3, 17
+"""Indexes in `_stat`'s list of stat fields 3 (state), 6 (session id) and 20 (number of
+threads)."""
 
 
 class CpuMeter:
@@ -40,11 +41,16 @@ class CpuMeter:
         self._threads: dict[int, int] = {}
         """Run + wait time of each thread at the previous reading, nanoseconds, by thread id."""
         self._total_ns = 0
+        self.wanting = 0
+        """Processes that wanted a CPU at the last reading: running or runnable (state R),
+        or waiting for a disk (D). A thread waiting in the run queue adds its wait to the
+        total only once it runs; this sees it while it waits."""
 
     def __call__(self) -> float:
         """Seconds run or waited for so far (see the class); blocks for about a millisecond."""
         with self._lock:
             seen: dict[int, int] = {}
+            wanting = 0
             for pid in _numeric(os.scandir("/proc")):
                 if pid == self._me:
                     continue
@@ -52,6 +58,7 @@ class CpuMeter:
                     fields = _stat(pid)
                     if self._excluded(int(fields[_SESSION])):
                         continue
+                    wanting += fields[_STATE] in (b"R", b"D")
                     single = fields[_THREADS] == b"1"
                     tids = [pid] if single else _numeric(os.scandir(f"/proc/{pid}/task"))
                 except (OSError, IndexError):
@@ -67,6 +74,7 @@ class CpuMeter:
                 before = self._threads.get(tid, 0)
                 self._total_ns += run_ns - before if run_ns >= before else run_ns  # id reused
             self._threads = seen
+            self.wanting = wanting
             return self._total_ns / 1e9
 
 

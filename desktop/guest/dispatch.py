@@ -91,8 +91,13 @@ async def execute(action: a.Action, guest: Guest) -> a.ActionResult:
             await asyncio.sleep(action.ms / 1000)
         case a.WaitForSettle():
             await guest.input_processed()  # the input before it is part of what settles
+            meter = guest.system.desktop_cpu_seconds
             settled = await guest.screen.wait_for_settle(
-                action.quiet_ms, action.timeout_ms, guest.system.desktop_cpu_seconds
+                action.quiet_ms,
+                action.timeout_ms,
+                meter,
+                idle_ms=action.idle_ms,
+                wanting=lambda: meter.wanting,
             )
     return a.ActionResult(
         type=action.type, elapsed_ms=(time.perf_counter() - started) * 1000, settled=settled

@@ -33,7 +33,7 @@ from Xlib.protocol.event import ClientMessage
 from desktop.guest.keys import char_keysym, parse_combo, resolve_key
 from desktop.protocol.errors import InvalidRequest, SandboxError
 
-_BUTTONS: dict[str, int] = {"left": 1, "middle": 2, "right": 3}
+_BUTTONS: dict[str, int] = {"left": 1, "middle": 2, "right": 3, "back": 8, "forward": 9}
 _WHEEL_UP, _WHEEL_DOWN, _WHEEL_LEFT, _WHEEL_RIGHT = 4, 5, 6, 7
 
 _REMAP_SETTLE = 0.005
@@ -501,7 +501,7 @@ class InputController:
 
 def _button_number(button: str) -> int:
     if button not in _BUTTONS:
-        raise InvalidRequest(f"unknown button {button!r}: use left, right or middle")
+        raise InvalidRequest(f"unknown button {button!r}: use left, right, middle, back or forward")
     return _BUTTONS[button]
 
 

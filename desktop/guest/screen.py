@@ -2,7 +2,8 @@
 
 Capture uses mss (XShmGetImage through XCB) on a thread of its own, so a screenshot never
 waits behind input or window calls. The X server's software cursor is not part of a
-capture; `cursor=True` draws the current cursor image (XFixes) onto the picture.
+capture; `cursor=True` draws the current cursor image (XFixes) onto the picture, as the
+live video does (`streaming.pointer`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ from Xlib import display as xdisplay
 from desktop.guest import png
 from desktop.protocol.models import ImageFormat
 from streaming.capture import DamagedScreen
+from streaming.pointer import Pointer, blend, read_pointer
 
+IDLE_CORES = 0.02
+"""CPU the desktop's programs use or wait for, in cores, at or below which they are idle:
+a millisecond in 50 (the X server answering the settle's own looks costs a tenth of that)."""
 BUSY_CORES = 0.1
 """CPU the desktop's programs use or wait for, in cores, above which the screen is not
 settled."""
@@ -70,16 +75,6 @@ class Encoded:
     """The number of the capture this picture was made from (`Frame.number`)."""
 
 
-@dataclass(frozen=True)
-class _CursorImage:
-    x: int
-    """Screen pixels of the image's left edge (the hotspot's x less its offset)."""
-    y: int
-    image: Image.Image
-    hotspot: tuple[int, int]
-    """The pointer's position: screen pixels."""
-
-
 class ScreenCapture:
     """Grabs and encodes the screen of one X display on a dedicated thread.
 
@@ -120,15 +115,11 @@ class ScreenCapture:
             return self._grab_sync(), False
         return self._last, True
 
-    def _cursor_sync(self) -> _CursorImage:
+    def _cursor_sync(self) -> Pointer:
         if self._xlib is None:
             self._xlib = xdisplay.Display(self._display)
             self._xlib.xfixes_query_version()
-        reply = self._xlib.xfixes_get_cursor_image(self._xlib.screen().root)
-        width, height = reply.width, reply.height
-        argb = b"".join(int(p).to_bytes(4, "little") for p in reply.cursor_image)
-        image = Image.frombuffer("RGBA", (width, height), argb, "raw", "BGRA", 0, 1)
-        return _CursorImage(reply.x - reply.xhot, reply.y - reply.yhot, image, (reply.x, reply.y))
+        return read_pointer(self._xlib)
 
     def _screenshot_sync(
         self,
@@ -166,15 +157,15 @@ class ScreenCapture:
             data = png.encode_rgb(bgrx[:, :, 2::-1], self._deflate)
             size = (frame.width, frame.height)
             return Encoded(data, CONTENT_TYPES[fmt], *size, scale, capture=frame.number)
-        image = Image.frombuffer(
-            "RGB", (frame.width, frame.height), frame.bgra, "raw", "BGRX", 0, 1
-        )
+        pixels: bytes | bytearray = frame.bgra
         cursor_at = None
-        if cursor:
+        if cursor:  # drawn as the live video draws it (`streaming.pointer.blend`)
             pointer = self._cursor_sync()
-            image = image.copy()
-            image.paste(pointer.image, (pointer.x, pointer.y), pointer.image)
-            cursor_at = pointer.hotspot
+            pixels = bytearray(frame.bgra)
+            shape = (frame.height, frame.width, 4)
+            blend(np.frombuffer(pixels, np.uint8).reshape(shape), 0, 0, pointer)
+            cursor_at = (pointer.x, pointer.y)
+        image = Image.frombuffer("RGB", (frame.width, frame.height), pixels, "raw", "BGRX", 0, 1)
         if scale > 1.0:
             size = (max(1, round(frame.width / scale)), max(1, round(frame.height / scale)))
             image = image.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
@@ -224,16 +215,24 @@ class ScreenCapture:
             return True
         return False
 
-    def _look_sync(self, busy_cpu_s: Callable[[], float] | None) -> tuple[bool, float | None]:
-        """Whether anything was drawn since the last look, and the CPU reading then."""
-        changed = self._changed_sync()
-        return changed, busy_cpu_s() if busy_cpu_s is not None else None
+    def _look_sync(
+        self, busy_cpu_s: Callable[[], float] | None, wanting: Callable[[], int] | None
+    ) -> tuple[bool, float | None, int]:
+        """The CPU reading, then whether anything was drawn since the last look (in this
+        order, so the X server is not still answering the previous look when its state is
+        read): (drawn, CPU seconds, programs wanting a CPU)."""
+        cpu = busy_cpu_s() if busy_cpu_s is not None else None
+        want = wanting() if wanting is not None else 0
+        return self._changed_sync(), cpu, want
 
     async def wait_for_settle(
         self,
         quiet_ms: int,
         timeout_ms: int,
         busy_cpu_s: Callable[[], float] | None = None,
+        *,
+        idle_ms: int | None = None,
+        wanting: Callable[[], int] | None = None,
     ) -> bool:
         """Return True once the last `quiet_ms` milliseconds were quiet: nothing drawn and,
         with `busy_cpu_s` (seconds of CPU the desktop's programs have used or waited for so
@@ -241,24 +240,33 @@ class ScreenCapture:
         building a dialog can compute for half a second before it draws anything. Returns
         False if it was still busy after `timeout_ms` milliseconds.
 
+        With `idle_ms` (shorter than `quiet_ms`) and `busy_cpu_s`, it returns True sooner:
+        once nothing was drawn for `idle_ms` while the programs wanted at most `IDLE_CORES`
+        and, with `wanting` (how many of them want a CPU or a disk now), none wants one at
+        the last look. A program about to draw an action's effect is running, waiting for a
+        core or reading a file until it has drawn it; one that is idle has drawn all it will
+        without a new event or timer.
+
         X DAMAGE says whether anything was drawn, so waiting costs no grabs. The screen and
         the CPU are looked at together every 20 ms (a fifth of `quiet_ms` when that is
-        shorter), and once more when `quiet_ms` without drawing will be up before the next
-        look, so a quiet screen is seen as such within a look of it.
+        shorter; with `idle_ms`, 10 ms), and once more when `quiet_ms` (or `idle_ms`) without
+        drawing will be up before the next look, so a quiet screen is seen as such within a
+        look of it.
         """
         loop = asyncio.get_running_loop()
         quiet = quiet_ms / 1000
-        interval = min(0.02, quiet / 5)
-        look = functools.partial(self._look_sync, busy_cpu_s)
-        _, cpu = await loop.run_in_executor(self._executor, look)
+        idle = idle_ms / 1000 if idle_ms and idle_ms < quiet_ms and busy_cpu_s else None
+        interval = min(0.01 if idle else 0.02, quiet / 5)
+        look = functools.partial(self._look_sync, busy_cpu_s, wanting)
+        _, cpu, _ = await loop.run_in_executor(self._executor, look)
         drawn_at = time.monotonic()  # what the action drew so far belongs to the action
         deadline = drawn_at + timeout_ms / 1000
         # (time, CPU reading) of the looks since the latest one at least `quiet` old
         marks = collections.deque([(drawn_at, cpu)])
         while True:
-            until_quiet = drawn_at + quiet - time.monotonic()
-            await asyncio.sleep(until_quiet if 0 < until_quiet < interval else interval)
-            changed, cpu = await loop.run_in_executor(self._executor, look)
+            until = drawn_at + (idle or quiet) - time.monotonic()
+            await asyncio.sleep(until if 0 < until < interval else interval)
+            changed, cpu, want = await loop.run_in_executor(self._executor, look)
             now = time.monotonic()
             if changed:
                 drawn_at = now
@@ -269,6 +277,10 @@ class ScreenCapture:
                     marks.popleft()
                 then, cpu_then = marks[0]
                 busy = (cpu - cpu_then) / (now - then) > BUSY_CORES
+                if idle is not None and now - drawn_at >= idle and not want:
+                    older = [mark for mark in marks if mark[0] <= now - idle]
+                    if older and (cpu - older[-1][1]) / (now - older[-1][0]) <= IDLE_CORES:
+                        return True
             if now - drawn_at >= quiet and not busy:
                 return True
             if now >= deadline:

@@ -10,12 +10,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-Button = Literal["left", "right", "middle"]
+Button = Literal["left", "right", "middle", "back", "forward"]
+"""Mouse buttons; `back` and `forward` are the side buttons (X buttons 8 and 9)."""
 Coordinate = Annotated[int, Field(ge=0, le=32767)]
 
 
 class _Action(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class Move(_Action):
@@ -112,6 +113,10 @@ class WaitForSettle(_Action):
     """Milliseconds without a change that count as settled."""
     timeout_ms: Annotated[int, Field(ge=10, le=60_000)] = 5_000
     """Milliseconds after which to give up waiting."""
+    idle_ms: Annotated[int, Field(ge=10, le=10_000)] | None = None
+    """Return sooner, once nothing was drawn for this many milliseconds while the desktop's
+    programs wanted next to no CPU: an idle desktop has nothing left to draw. None (or not
+    below `quiet_ms`): wait the whole `quiet_ms`."""
 
 
 Action = Annotated[

@@ -57,10 +57,14 @@ class Turn:
     tool_calls: tuple[tuple[str, str], ...] = ()
     """(function name, arguments as JSON text) of each tool call; the content is then null,
     as servers that parse tool calls answer."""
+    usage: tuple[int, int] | None = (0, 0)
+    """(prompt tokens, completion tokens) the answer's `usage` reports; None leaves it out."""
 
     @classmethod
-    def answer(cls, content: str, *, delay_s: float = 0.0) -> Turn:
-        return cls(content=content, delay_s=delay_s)
+    def answer(
+        cls, content: str, *, delay_s: float = 0.0, usage: tuple[int, int] | None = (0, 0)
+    ) -> Turn:
+        return cls(content=content, delay_s=delay_s, usage=usage)
 
     @classmethod
     def tool_call(cls, name: str, arguments: Mapping[str, Any]) -> Turn:
@@ -330,7 +334,7 @@ def _completion(number: int, model: str, turn: Turn) -> dict[str, Any]:
             }
             for index, (name, arguments) in enumerate(turn.tool_calls)
         ]
-    return {
+    completion: dict[str, Any] = {
         "id": f"chatcmpl-fake-{number}",
         "object": "chat.completion",
         "created": int(time.time()),
@@ -343,5 +347,12 @@ def _completion(number: int, model: str, turn: Turn) -> dict[str, Any]:
                 "logprobs": None,
             }
         ],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
+    if turn.usage is not None:
+        prompt, answer = turn.usage
+        completion["usage"] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": answer,
+            "total_tokens": prompt + answer,
+        }
+    return completion

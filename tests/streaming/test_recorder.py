@@ -58,15 +58,16 @@ async def test_a_recording_decodes_at_its_size_and_length_with_action_offsets(hu
     assert [e.source for e in log.actions] == ["api", "viewer"]
 
 
+class StillScreen(PatternFrames):
+    """Sends its first frame, then nothing until asked for a keyframe."""
+
+    async def _frames(self):
+        async for frame in super()._frames():
+            if frame.keyframe:
+                yield frame
+
+
 async def test_a_still_screen_still_records_for_as_long_as_asked(tmp_path):
-    class StillScreen(PatternFrames):
-        """Sends its first frame, then nothing until asked for a keyframe."""
-
-        async def _frames(self):
-            async for frame in super()._frames():
-                if frame.keyframe:
-                    yield frame
-
     hub = FrameHub(StillScreen(320, 240))
     try:
         recorder = Recorder(hub, tmp_path, "desk")
@@ -96,3 +97,21 @@ async def test_a_recording_without_video_fails_with_a_reason(tmp_path, monkeypat
         await hub.stop()
     assert info.status == "failed" and "no video arrived" in info.reason
     assert not recorder.video_path.exists() and not list(tmp_path.glob("*.part"))
+
+
+async def test_a_recording_ends_with_a_frame_of_the_screen_at_the_stop(tmp_path):
+    # Browsers end a video at its last frame's start: a still screen's last frame must be
+    # one taken at the stop, or the video would end at the last change.
+    hub = FrameHub(StillScreen(320, 240))
+    try:
+        recorder = Recorder(hub, tmp_path, "desk")
+        recorder.start()
+        await asyncio.sleep(1.5)
+        info = await recorder.stop()
+    finally:
+        await hub.stop()
+    with av.open(str(recorder.video_path)) as container:
+        stream = container.streams.video[0]
+        starts = [float(p.pts * stream.time_base) for p in container.decode(stream)]
+    assert info.status == "finished" and len(starts) >= 2
+    assert starts[-1] >= 1.4 and abs(info.duration_ms / 1000 - starts[-1]) < 0.1, starts

@@ -269,8 +269,8 @@ def test_points_are_checked_against_the_live_screen_size(controller: InputContro
 
 def test_bad_arguments_send_nothing(controller: InputController) -> None:
     controller.move(10, 20)
-    with pytest.raises(InvalidRequest, match="use left, right or middle"):
-        controller.click(50, 50, button="back")
+    with pytest.raises(InvalidRequest, match="use left, right, middle, back or forward"):
+        controller.click(50, 50, button="side")
     with pytest.raises(InvalidRequest, match="both x and y"):
         controller.click(50, None)
     with pytest.raises(UnknownKey):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from desktop.guest.cpu import CpuMeter
 from desktop.guest.screen import ScreenCapture
 
 
@@ -116,3 +117,51 @@ async def test_settle_times_out_while_the_screen_keeps_changing(capture, x_sessi
     finally:
         painter.kill()
         await painter.wait()
+
+
+def _session_meter(session: int) -> CpuMeter:
+    """The guest's own CPU meter, watching only the processes of one session."""
+    return CpuMeter(lambda other: other != session)
+
+
+async def test_an_idle_desktop_settles_after_idle_ms_not_quiet_ms(capture, x_session):
+    sleeper = await asyncio.create_subprocess_exec("sleep", "30", start_new_session=True)
+    try:
+        assert await capture.wait_for_settle(150, 3000)
+        started = time.monotonic()
+        meter = _session_meter(sleeper.pid)
+        wanting = lambda: meter.wanting  # noqa: E731
+        assert await capture.wait_for_settle(400, 3000, meter, idle_ms=50, wanting=wanting)
+        idle_s = time.monotonic() - started
+        started = time.monotonic()
+        assert await capture.wait_for_settle(400, 3000, _session_meter(sleeper.pid))
+        quiet_s = time.monotonic() - started
+    finally:
+        sleeper.kill()
+        await sleeper.wait()
+    assert idle_s < 0.3 <= 0.4 <= quiet_s
+
+
+async def test_a_settle_that_ends_on_idle_still_sees_what_the_work_drew(capture, x_session):
+    """A program that computes for 0.4 s, then draws: settling early on an idle desktop must
+    not return while it computes, so the next screenshot shows what it drew."""
+    _paint(x_session, "#000000")
+    assert await capture.wait_for_settle(150, 3000)
+    work = (
+        "import subprocess, time\nend = time.time() + 0.4\nwhile time.time() < end: pass\n"
+        "subprocess.run(['xsetroot', '-solid', '#00ff00'])\n"
+    )
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", work, env=x_session.env, start_new_session=True
+    )
+    try:
+        started = time.monotonic()
+        meter = _session_meter(worker.pid)
+        wanting = lambda: meter.wanting  # noqa: E731
+        assert await capture.wait_for_settle(150, 5000, meter, idle_ms=50, wanting=wanting)
+        waited_s = time.monotonic() - started
+        shot = Image.open(io.BytesIO((await capture.screenshot("png")).data))
+    finally:
+        await worker.wait()
+    assert waited_s > 0.35
+    assert shot.getpixel((640, 400)) == (0, 255, 0)

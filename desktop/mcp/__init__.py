@@ -1,0 +1,1 @@
+"""Cubicle as an MCP server: `cubicle mcp` (stdio) and `/mcp` on the service."""
