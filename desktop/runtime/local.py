@@ -173,7 +173,6 @@ class LocalRuntime(Runtime):
         """What this host cannot enforce; creating a desktop fails with it (unless unsafe)."""
         self.hierarchy = self._cgroups()
         self.filter = self._filter()
-        self.limits = "off" if self.hardening.off else "cgroups" if self.hierarchy else "rlimits"
         if not self.hardening.off:
             try:
                 self.disks.check()
