@@ -1,7 +1,8 @@
 """A desktop's way out to the internet: slirp4netns, unprivileged, behind an egress policy.
 
 `python -m desktop.runtime.egress --policy JSON [--uid UID] -- slirp4netns ARGS…` forks
-slirp4netns (as `UID` when started as root) under a seccomp filter that hands every
+slirp4netns (as `UID` when started as root; the supervisor then becomes `UID` as well)
+under a seccomp filter that hands every
 `connect`, `sendto`, `sendmsg` and `sendmmsg` it makes to this process (seccomp user
 notification), and answers each one: go on, or `EACCES`. The policy refuses the host's own
 addresses, loopback, private ranges (RFC 1918, CGNAT, ULA), link-local (cloud metadata),
@@ -339,9 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run after --")
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc = ctypes.CDLL(None)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     policy = Policy.from_json(args.policy)
     pid, listener = spawn(command, args.uid)
+    if args.uid is not None:  # the supervisor needs no more than slirp's own user either
+        _drop_to(args.uid)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # a new user clears it
     signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
     return Supervisor(listener, policy).run(pid)
 
