@@ -49,12 +49,9 @@ APPS: dict[str, list[str]] = {
 
 CHROMIUM_FLAGS = (
     "--no-first-run --no-default-browser-check --disable-background-networking "
-    "--disable-component-update --disable-sync --password-store=basic --test-type "
-    "--no-sandbox"
+    "--disable-component-update --disable-sync --password-store=basic --test-type"
 )
-"""Read by Debian's chromium wrapper: a quiet browser that calls no one at start. Its own
-sandbox needs user namespaces, which a desktop may not create (docs/security.md): the
-desktop's sandbox is the boundary."""
+"""Read by Debian's chromium wrapper: a quiet browser that calls no one at start."""
 
 _OUTPUT_LIMIT = 10 * 1024 * 1024
 """Characters of stdout or stderr kept by a non-streamed exec; the rest is dropped."""

@@ -31,9 +31,33 @@ ETC_ALLOWLIST = (
 )  # fmt: skip
 """What of the host's /etc a desktop may read: configuration of the programs it runs."""
 
+CHROMIUM_CONF = """# Written by Cubicle's local runtime (desktop/runtime/bwrap.py).
+# Chromium's own sandbox needs user namespaces, which a desktop may not create
+# (docs/security.md): the desktop's sandbox is the boundary.
+export CHROMIUM_FLAGS="$CHROMIUM_FLAGS --no-sandbox --test-type"
+"""
+"""Debian's chromium wrapper sources /etc/chromium.d/*: the desktop's copy adds this."""
+
 CODE_ROOT = Path(desktop.__file__).resolve().parent.parent
 RUN_TMPFS_BYTES = 16 * 1024 * 1024
 """/run inside a desktop (its runtime directory lives on the desktop's disk)."""
+
+
+def sandbox_etc(data_dir: Path) -> dict[str, Path]:
+    """Directories of /etc a desktop sees in a version of the runtime's own (made once):
+    Debian's /etc/chromium.d, and the runtime's line in it."""
+    chromium = data_dir / "sandbox-etc" / "chromium.d"
+    chromium.mkdir(parents=True, exist_ok=True)
+    for path in (chromium.parent, chromium):
+        path.chmod(0o755)  # the service's umask is 077; every desktop's user reads these
+    host = Path("/etc/chromium.d")
+    for source in sorted(host.iterdir()) if host.is_dir() else []:
+        if source.is_file():
+            (chromium / source.name).write_bytes(source.read_bytes())
+    (chromium / "zz-cubicle").write_text(CHROMIUM_CONF)
+    for path in chromium.iterdir():
+        path.chmod(0o644)
+    return {"chromium.d": chromium}
 
 
 def merged_usr_links() -> list[str]:
@@ -107,6 +131,7 @@ def bwrap_argv(
     info_fd: int,
     listen_fd: int,
     seccomp_fd: int | None,
+    etc: dict[str, Path],
     hardened: bool = True,
 ) -> list[str]:
     """bwrap's arguments; `hardened=False` only to measure what the hardening costs."""
@@ -120,7 +145,9 @@ def bwrap_argv(
     argv += ["--hostname", f"cubicle-{spec_id}"]
     argv += ["--ro-bind", "/usr", "/usr", *merged_usr_links()]
     for name in ETC_ALLOWLIST:
-        if Path("/etc", name).exists():
+        if name in etc:
+            argv += ["--ro-bind", str(etc[name]), f"/etc/{name}"]
+        elif Path("/etc", name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     if hardened:

@@ -169,6 +169,7 @@ class LocalRuntime(Runtime):
             spare_mb=None if self.hardening.off else self.hardening.spare_disk_mb,
         )
         self.disks.sweep(self.root)
+        self._etc = bwrap.sandbox_etc(data_dir) if not self.hardening.off else {}
         self.problems: list[str] = []
         """What this host cannot enforce; creating a desktop fails with it (unless unsafe)."""
         self.hierarchy = self._cgroups()
@@ -342,7 +343,7 @@ class LocalRuntime(Runtime):
         argv = bwrap.bwrap_argv(
             spec.id, layout, binds, network=spec.network, width=spec.width,
             height=spec.height, max_file_bytes=spec.max_file_bytes, status_fd=status_w,
-            info_fd=info_w, listen_fd=listen_fd, seccomp_fd=seccomp_fd,
+            info_fd=info_w, listen_fd=listen_fd, seccomp_fd=seccomp_fd, etc=self._etc,
             hardened=not self.hardening.off,
         )  # fmt: skip
         # RLIMIT_NPROC counts per host user: with a user id per sandbox, per sandbox. Under

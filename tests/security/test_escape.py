@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from desktop.runtime import cgroups, egress
+from tests.conftest import wait_until
 from tests.security.attack import create, probe, run, still_answering
 from tests.security.conftest import VICTIM
 
@@ -182,3 +183,20 @@ def test_the_network_reaches_nothing_of_this_host(api):
     finally:
         listener.close()
         api.delete(f"/api/desktops/{info['id']}")
+
+
+def test_the_browser_runs_without_user_namespaces(api, neighbour):
+    """Chromium's own sandbox needs user namespaces, which no desktop may create: the
+    desktop's copy of /etc/chromium.d starts it without (the desktop is the sandbox)."""
+    launched = api.post(f"/api/desktops/{neighbour['id']}/launch", json={"app": "browser"})
+    assert launched.status_code == 200, launched.text
+
+    def browsing() -> bool:
+        found = run(api, neighbour["id"], "pgrep -c -x chromium || true")
+        return int(found["stdout"].strip() or 0) >= 3
+
+    wait_until(browsing, 30, interval_s=1, what="Chromium's processes")
+    log = run(api, neighbour["id"], "cat /tmp/cubicle-apps.log")["stdout"]
+    assert "No usable sandbox" not in log
+    run(api, neighbour["id"], "pkill -f /usr/lib/chromium/chromium; true")
+    still_answering(api, neighbour["id"])
