@@ -12,8 +12,9 @@ import os
 import stat
 from pathlib import Path
 
-RUNTIME_OWNED = ("desktops", "disks")
-"""Directories the runtime lays out itself (each desktop's user must enter its own)."""
+RUNTIME_OWNED = ("desktops", "disks", "sandbox-etc")
+"""Directories the runtime lays out itself (each desktop's user must enter its own, and
+read the /etc files every desktop shares: nothing secret)."""
 
 
 def protect(data_dir: Path) -> None:

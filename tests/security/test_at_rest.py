@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from desktop import at_rest
 from desktop.runtime import cgroups
 from tests.security.attack import ROOT, still_answering
 
@@ -32,7 +33,7 @@ def kept(service, api, victim):
 def _files(data_dir: Path) -> list[Path]:
     found = []
     for root, dirs, files in os.walk(data_dir):
-        dirs[:] = [d for d in dirs if not (root == str(data_dir) and d in ("desktops", "disks"))]
+        dirs[:] = [d for d in dirs if not (root == str(data_dir) and d in at_rest.RUNTIME_OWNED)]
         found += [Path(root, name) for name in dirs + files]
     return found
 
