@@ -5,6 +5,8 @@ from __future__ import annotations
 from agent import api as runs_api
 from agent.board import api as board_api
 from agent.board.board import Board
+from desktop.manager import SandboxManager
+from desktop.models import CreateDesktop
 from desktop.services import Services
 
 
@@ -17,11 +19,17 @@ class AgentRoom:
         self.board: Board | None = None
         self.body_limits = {("POST", "/api/tasks/batch"): board_api.BATCH_BYTES}
         """A batch of up to 10,000 tasks may take more than the service's usual body cap."""
+        self._manager: SandboxManager | None = None
 
     async def start(self, services: Services) -> None:
         settings = services.settings
         url = board_api.service_url(settings.host, settings.port)
-        self.board = Board(settings.data_dir, url, services.token)
+        manager = self._manager = services.manager
+
+        def want_warm(count: int, resolution: tuple[int, int]) -> None:
+            manager.want_warm("board", count, CreateDesktop(resolution=resolution))
+
+        self.board = Board(settings.data_dir, url, services.token, want_warm=want_warm)
         await self.board.start()
         services.add(self.board)
 
@@ -29,3 +37,5 @@ class AgentRoom:
         board, self.board = self.board, None
         if board is not None:
             await board.stop()
+            if self._manager is not None:
+                self._manager.want_warm("board", 0)

@@ -30,6 +30,7 @@ from bench import (
     hardening,
     live,
     pointer,
+    ray,
     screenshot,
 )
 from bench._run import Options, machine, progress
@@ -46,6 +47,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "board": board.run,
     "adapters": adapters.run,
     "evals": lambda options: evals.run(options.quick),
+    "ray": ray.run,
     "hardening": hardening.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
@@ -56,7 +58,7 @@ def _parse(argv: list[str] | None) -> tuple[list[str], Options]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", metavar="name", help=f"any of {', '.join(BENCHMARKS)}")
     parser.add_argument("--quick", action="store_true", help="smoke run: fewer samples (< 90 s)")
-    parser.add_argument("--max-desktops", type=int, default=12, help="density: most desktops")
+    parser.add_argument("--max-desktops", type=int, default=40, help="density: most desktops")
     args = parser.parse_args(argv)
     unknown = [name for name in args.names if name not in BENCHMARKS]
     if unknown:

@@ -37,6 +37,11 @@ def run_dir(service: Service, desktop_id: str) -> Path:
     return service.data_dir / "desktops" / desktop_id / "disk" / "run"
 
 
+def guest_socket(service: Service, desktop_id: str) -> Path:
+    """The guest daemon's socket on the host (made by the runtime, outside the sandbox)."""
+    return service.data_dir / "desktops" / desktop_id / "guest.sock"
+
+
 def exec_command(
     service: Service, desktop_id: str, command: str | list[str], timeout_s: float = 30
 ) -> str:

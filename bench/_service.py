@@ -61,27 +61,17 @@ class Service:
         if response.status_code not in (204, 404):
             raise RuntimeError(f"kill failed: {response.status_code} {response.text}")
 
-    def wait_for_warm_desktop(self, timeout_s: float = 60.0) -> None:
-        """Block until the warm pool holds a drawn desktop, so that no boot is under way.
-
-        Pooled desktops are not listed; each is a sandbox directory of this service that
-        no listed desktop owns, and its guest daemon says whether it is drawn.
-        """
+    def wait_for_warm_desktop(self, timeout_s: float = 180.0) -> None:
+        """Block until every spare the warm pool keeps is drawn (`GET /api/pool`), so that
+        no boot is under way."""
         deadline = time.monotonic() + timeout_s
-        while not self._warm_desktop_drawn():
+        while True:
+            pool = self.client.get("/api/pool").json()
+            if pool["ready"] >= pool["target"] > 0 and pool["booting"] == 0:
+                return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"no warm desktop was drawn within {timeout_s:.0f} s")
+                raise RuntimeError(f"the warm pool was not drawn within {timeout_s:.0f} s: {pool}")
             time.sleep(0.05)
-
-    def _warm_desktop_drawn(self) -> bool:
-        listed = {item["id"] for item in self.client.get("/api/desktops").json()}
-        for directory in (self.data_dir / "desktops").iterdir():
-            socket = directory / "guest.sock"
-            if directory.name in listed or not socket.exists():
-                continue
-            if _guest_drawn(socket):
-                return True
-        return False
 
     def log_tail(self, lines: int = 15) -> str:
         return self.launched.log_tail(lines)
@@ -103,16 +93,6 @@ def desktop_cgroup_memory_bytes(desktop_id: str) -> int | None:
         return cgroup.memory_bytes() if cgroup else None
     except FileNotFoundError:
         return None
-
-
-def _guest_drawn(socket: Path) -> bool:
-    """Whether the guest daemon on `socket` reports its desktop drawn (False if it is not up)."""
-    transport = httpx.HTTPTransport(uds=str(socket))
-    with httpx.Client(transport=transport, base_url="http://guest", timeout=5) as guest:
-        try:
-            return bool(guest.get("/health").json()["desktop_drawn"])
-        except httpx.HTTPError:
-            return False
 
 
 def _start(env_overrides: dict[str, str]) -> Service:

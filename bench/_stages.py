@@ -34,6 +34,7 @@ async def _stages_once(runtime: LocalRuntime, settings: Settings) -> dict[str, f
         memory_mb=settings.memory_mb,
         max_pids=settings.max_pids,
         cpu_cores=settings.cpu_cores,
+        disk_mb=settings.disk_mb,
         max_file_bytes=settings.max_upload_bytes,
     )
     started = time.perf_counter()
@@ -41,8 +42,8 @@ async def _stages_once(runtime: LocalRuntime, settings: Settings) -> dict[str, f
     stages = {"sandbox_spawned": time.perf_counter() - started}
     try:
         async for event in sandbox.events():
-            stages[event["event"]] = time.perf_counter() - started
-            if event["event"] in ("ready", "failed"):
+            stages[event.event] = time.perf_counter() - started
+            if event.event in ("ready", "failed"):
                 break
     finally:
         await sandbox.stop()

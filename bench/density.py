@@ -1,10 +1,13 @@
 """`density`: how many idle desktops run at once on this host, and what each one costs.
 
-Desktops are created one after another through the REST API up to `--max-desktops`, until
-a create fails, or until the host's MemAvailable falls under 2 GiB, on a service without a
-warm pool (`CUBICLE_WARM_POOL=0`), so every running desktop is one we count. Each is left
-idle for a few seconds, then measured; at the end all are measured again (the steady state
-with N running), and the medians come from that final snapshot. Per desktop:
+Desktops are created one after another through the REST API up to `--max-desktops` (40),
+until a create fails, or until the host's MemAvailable falls under 2 GiB, on a service
+without a warm pool (`CUBICLE_WARM_POOL=0`), so every running desktop is one we count. Each
+is left idle for a few seconds, then measured; at the end all are measured again (the
+steady state with N running: `final`, never used since created). Then every desktop is
+used the way an agent starts: a screenshot, then clicks, round after round over all of
+them (click p95 across all), and measured once more (`final_after_use`: the screenshot
+loaded the guest's capture code and holds its last capture). Per desktop:
 
 - PSS summed over the sandbox's processes (`/proc/<pid>/smaps_rollup`): the honest cost,
   since XFCE's libraries are shared between desktops and PSS splits shared pages fairly.
@@ -20,6 +23,7 @@ way at the end, while our desktops still run.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -30,8 +34,13 @@ from bench._run import Options, Target, meminfo_bytes, progress
 from bench._service import Service, desktop_cgroup_memory_bytes, desktop_pids, running_service
 from bench._stats import Summary, summarize
 
-TARGET_COUNT = 10
-TARGET_MB = 200.0
+TARGET_COUNT = 40
+TARGET_MB = 100.0
+TARGET_CLICK_P95_MS = 50.0
+CLICK_ROUNDS = 10
+"""Clicks per desktop at the end, one desktop after the other in each round."""
+CLICK_AT = (900, 500)
+"""An empty spot of the desktop's backdrop."""
 MIN_AVAILABLE = 2 * 2**30
 """Stop creating desktops when the host has less than this available, bytes."""
 MB = 2**20
@@ -58,8 +67,14 @@ class DensityResult:
     stopped_because: str
     create: Summary
     """POST /api/desktops wall time while the host fills up."""
+    load_avg_1m: tuple[float, float]
+    """The host's 1-minute load average at the start and at the end of this benchmark."""
     pss_mb_median: float
-    """Final snapshot, MiB."""
+    """Final snapshot, every desktop idle and never used, MiB."""
+    pss_mb_median_after_use: float
+    """Every desktop idle again after a screenshot and the clicks, MiB."""
+    click: Summary
+    """POST /api/desktops/{id}/actions (one click) → 200, over every desktop at the end."""
     rss_mb_median: float
     cgroup_mb_median: float | None
     host_used_mb_total: float
@@ -70,6 +85,7 @@ class DensityResult:
     screenshot_failures: tuple[str, ...]
     final: tuple[DesktopMemory, ...]
     """Every desktop measured at the end, with all of them running."""
+    final_after_use: tuple[DesktopMemory, ...]
     pss_mb_at_creation: tuple[float, ...]
     """Each desktop's PSS once it settled, with only the earlier ones running, MiB."""
     largest_pss_ours: tuple[str, ...]
@@ -167,21 +183,40 @@ def _screenshot_failures(service: Service, desktop_ids: list[str]) -> tuple[str,
     return tuple(failures)
 
 
+def _clicks(service: Service, desktop_ids: list[str], rounds: int) -> list[float]:
+    """Seconds each click took through the REST API, round after round over every desktop."""
+    x, y = CLICK_AT
+    body = {"type": "click", "x": x, "y": y}
+    took = []
+    for _ in range(rounds):
+        for desktop_id in desktop_ids:
+            started = time.perf_counter()
+            response = service.client.post(f"/api/desktops/{desktop_id}/actions", json=body)
+            took.append(time.perf_counter() - started)
+            response.raise_for_status()
+    return took
+
+
 def _median(values: list[float]) -> float:
     return round(statistics.median(values), 1)
 
 
 def run(options: Options) -> DensityResult:
+    load_start = os.getloadavg()[0]
     limit = min(2, options.max_desktops) if options.quick else options.max_desktops
     settle_s = 1.0 if options.quick else 3.0
-    with running_service(CUBICLE_WARM_POOL="0") as service:
+    allowed = str(max(limit, 32))
+    with running_service(CUBICLE_WARM_POOL="0", CUBICLE_MAX_DESKTOPS=allowed) as service:
         before = meminfo_bytes("MemAvailable")
         times, at_creation, why = _fill(service, limit, settle_s)
         after = meminfo_bytes("MemAvailable")
         ids = [m.id for m in at_creation]
         final = [_measure(desktop_id) for desktop_id in ids]
-        largest_ours = _largest(desktop_pids(ids[-1])) if ids else ()
         failures = _screenshot_failures(service, ids)
+        clicks = _clicks(service, ids, 2 if options.quick else CLICK_ROUNDS)
+        time.sleep(settle_s)
+        used = [_measure(desktop_id) for desktop_id in ids]
+        largest_ours = _largest(desktop_pids(ids[-1])) if ids else ()
         with reference_session() as host:
             time.sleep(settle_s)
             baseline = _measure_reference(host)
@@ -189,10 +224,20 @@ def run(options: Options) -> DensityResult:
     if not times:
         raise RuntimeError(f"no desktop could be created: {why}")
     pss = _median([m.pss_mb for m in final])
+    pss_used = _median([m.pss_mb for m in used])
+    click = summarize(clicks)
     cgroups = [m.cgroup_mb for m in final if m.cgroup_mb is not None]
     targets = (
         Target(f">= {TARGET_COUNT} idle desktops at once", len(times) >= TARGET_COUNT),
         Target(f"PSS per idle desktop <= {TARGET_MB:.0f} MB (median)", pss <= TARGET_MB),
+        Target(
+            f"PSS per idle desktop after a screenshot and clicks <= {TARGET_MB:.0f} MB (median)",
+            pss_used <= TARGET_MB,
+        ),
+        Target(
+            f"click p95 across all desktops <= {TARGET_CLICK_P95_MS:.0f} ms",
+            click.p95_ms <= TARGET_CLICK_P95_MS,
+        ),
         Target("every desktop answers a screenshot at the end", not failures),
     )
     return DensityResult(
@@ -200,7 +245,10 @@ def run(options: Options) -> DensityResult:
         max_desktops=limit,
         stopped_because=why,
         create=summarize(times),
+        load_avg_1m=(round(load_start, 2), round(os.getloadavg()[0], 2)),
         pss_mb_median=pss,
+        pss_mb_median_after_use=pss_used,
+        click=click,
         rss_mb_median=_median([m.rss_mb for m in final]),
         cgroup_mb_median=_median(cgroups) if cgroups else None,
         host_used_mb_total=round((before - after) / MB, 1),
@@ -209,6 +257,7 @@ def run(options: Options) -> DensityResult:
         all_answer_screenshot=not failures,
         screenshot_failures=failures,
         final=tuple(final),
+        final_after_use=tuple(used),
         pss_mb_at_creation=tuple(m.pss_mb for m in at_creation),
         largest_pss_ours=largest_ours,
         baseline_startxfce4=baseline,

@@ -6,9 +6,9 @@
         d.left_click(640, 400)
 
 Everything a caller needs is named here: the SDK (`Desktop`, `AsyncDesktop`), the actions,
-the answers, and every error it may raise. The SDK and the service's models load on first
-use: code that runs inside a sandbox imports `desktop.protocol` and `desktop.guest`, and
-must load nothing of the control plane with them.
+the answers, and every error it may raise. Each loads on first use: code that runs inside a
+sandbox imports `desktop.protocol` and `desktop.guest`, and must load nothing of the
+control plane with them (nor pydantic before the guest has started its X server).
 """
 
 from __future__ import annotations
@@ -16,79 +16,136 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from desktop.protocol.actions import (
-    Action,
-    ActionsResponse,
-    Click,
-    Drag,
-    Key,
-    KeyDown,
-    KeyUp,
-    MouseDown,
-    MouseUp,
-    Move,
-    Scroll,
-    Type,
-    Wait,
-    WaitForSettle,
-)
-from desktop.protocol.errors import (
-    A11yUnavailable,
-    AuthError,
-    CapacityReached,
-    Conflict,
-    CubicleError,
-    DesktopGone,
-    DesktopNotFound,
-    DesktopStarting,
-    DesktopUnavailable,
-    DiskFull,
-    FileNotFound,
-    Forbidden,
-    GuestUnreachable,
-    InvalidRequest,
-    NotFound,
-    OffScreen,
-    PathNotAllowed,
-    PayloadTooLarge,
-    RecordingNotFound,
-    SandboxError,
-    SandboxStartError,
-    ServiceUnreachable,
-    UnknownKey,
-    ViewerNotFound,
-    WindowNotFound,
-)
-from desktop.protocol.models import (
-    A11yNode,
-    A11yTree,
-    ExecResult,
-    FileEntry,
-    Launched,
-    Screen,
-    WindowInfo,
-)
-
 if TYPE_CHECKING:
     from desktop.models import ActionLog, DesktopInfo, RecordingInfo, ShareLink
+    from desktop.protocol.actions import (
+        Action,
+        ActionsResponse,
+        Click,
+        Drag,
+        Key,
+        KeyDown,
+        KeyUp,
+        MouseDown,
+        MouseUp,
+        Move,
+        Scroll,
+        Type,
+        Wait,
+        WaitForSettle,
+    )
+    from desktop.protocol.errors import (
+        A11yUnavailable,
+        AuthError,
+        CapacityReached,
+        Conflict,
+        CubicleError,
+        DesktopGone,
+        DesktopNotFound,
+        DesktopStarting,
+        DesktopUnavailable,
+        DiskFull,
+        FileNotFound,
+        Forbidden,
+        GuestUnreachable,
+        InvalidRequest,
+        NoNodeAvailable,
+        NotFound,
+        OffScreen,
+        PathNotAllowed,
+        PayloadTooLarge,
+        RecordingNotFound,
+        SandboxError,
+        SandboxStartError,
+        ServiceUnreachable,
+        UnknownKey,
+        ViewerNotFound,
+        WindowNotFound,
+    )
+    from desktop.protocol.models import (
+        A11yNode,
+        A11yTree,
+        ExecResult,
+        FileEntry,
+        Launched,
+        Screen,
+        WindowInfo,
+    )
     from desktop.sdk import AsyncDesktop, Desktop, list_desktops
 
-_CLIENT_SIDE = {
-    "AsyncDesktop": "desktop.sdk",
-    "Desktop": "desktop.sdk",
-    "list_desktops": "desktop.sdk",
-    "ActionLog": "desktop.models",
-    "DesktopInfo": "desktop.models",
-    "RecordingInfo": "desktop.models",
-    "ShareLink": "desktop.models",
+_HOMES = {
+    **dict.fromkeys(
+        (
+            "Action",
+            "ActionsResponse",
+            "Click",
+            "Drag",
+            "Key",
+            "KeyDown",
+            "KeyUp",
+            "MouseDown",
+            "MouseUp",
+            "Move",
+            "Scroll",
+            "Type",
+            "Wait",
+            "WaitForSettle",
+        ),
+        "desktop.protocol.actions",
+    ),
+    **dict.fromkeys(
+        (
+            "A11yUnavailable",
+            "AuthError",
+            "CapacityReached",
+            "Conflict",
+            "CubicleError",
+            "DesktopGone",
+            "DesktopNotFound",
+            "DesktopStarting",
+            "DesktopUnavailable",
+            "DiskFull",
+            "FileNotFound",
+            "Forbidden",
+            "GuestUnreachable",
+            "InvalidRequest",
+            "NoNodeAvailable",
+            "NotFound",
+            "OffScreen",
+            "PathNotAllowed",
+            "PayloadTooLarge",
+            "RecordingNotFound",
+            "SandboxError",
+            "SandboxStartError",
+            "ServiceUnreachable",
+            "UnknownKey",
+            "ViewerNotFound",
+            "WindowNotFound",
+        ),
+        "desktop.protocol.errors",
+    ),
+    **dict.fromkeys(
+        (
+            "A11yNode",
+            "A11yTree",
+            "ExecResult",
+            "FileEntry",
+            "Launched",
+            "Screen",
+            "WindowInfo",
+        ),
+        "desktop.protocol.models",
+    ),
+    **dict.fromkeys(("AsyncDesktop", "Desktop", "list_desktops"), "desktop.sdk"),
+    **dict.fromkeys(("ActionLog", "DesktopInfo", "RecordingInfo", "ShareLink"), "desktop.models"),
 }
-"""Names loaded on first use: the SDK and the service's own models, which code inside a
-sandbox never needs."""
+"""Each name's module, loaded on first use: a guest daemon starts its X server before it
+loads pydantic and the protocol, and code inside a sandbox never loads the SDK."""
 
 
 def __getattr__(name: str) -> Any:
-    if name in _CLIENT_SIDE:
-        return getattr(importlib.import_module(_CLIENT_SIDE[name]), name)
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'desktop' has no attribute {name!r}")
 
 
@@ -126,6 +183,7 @@ __all__ = [
     "MouseDown",
     "MouseUp",
     "Move",
+    "NoNodeAvailable",
     "NotFound",
     "OffScreen",
     "PathNotAllowed",

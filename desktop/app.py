@@ -18,7 +18,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from desktop import at_rest
-from desktop.api import desktops, session
+from desktop.api import desktops, pool, session
 from desktop.api.auth import load_or_create_token, require_token
 from desktop.api.errors import install as install_error_handlers
 from desktop.api.security import BodyLimits, Guard
@@ -47,7 +47,7 @@ def create_app(
         manager = SandboxManager(settings)
         token = load_or_create_token(settings.data_dir, settings.token)
         services = Services(settings, token, manager, ShareLinks(manager.events))
-        manager.start()
+        await manager.start()
         started: list[Room] = []
         try:
             for room in rooms:
@@ -75,6 +75,7 @@ def create_app(
     app.add_middleware(Guard, limits=BodyLimits(settings.max_body_bytes, limits))
     app.include_router(desktops.router, dependencies=[Depends(require_token)])
     app.include_router(session.router)
+    app.include_router(pool.router, dependencies=[Depends(require_token)])
     for room in rooms:
         for router in room.routers:
             app.include_router(router)

@@ -73,7 +73,8 @@ async def _desktop(args: argparse.Namespace) -> int:
     if args.action == "ls":
         for info in await list_desktops():
             size = f"{info.screen.width}x{info.screen.height}"
-            print(f"{info.id}  {info.status:8}  {size:10}  {info.reason or ''}")
+            node = f"node {info.node.address} {info.node.id[:12]}  " if info.node else ""
+            print(f"{info.id}  {info.status:8}  {size:10}  {node}{info.reason or ''}")
         return 0
     d = await AsyncDesktop.connect(args.id)
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -21,10 +22,19 @@ from datetime import UTC, datetime, timedelta
 
 from desktop.events import ActionsRan, DesktopEnded, Events
 from desktop.guest_client import JSON, GuestClient
-from desktop.models import ActionSource, CreateDesktop, DesktopInfo, DesktopStatus
+from desktop.models import (
+    ActionSource,
+    CreateDesktop,
+    DesktopInfo,
+    DesktopStatus,
+    NodeInfo,
+    PoolInfo,
+)
+from desktop.pool import DesktopKind, PoolHooks, WarmPool
 from desktop.protocol import actions as a
 from desktop.protocol.errors import (
     CapacityReached,
+    CubicleError,
     DesktopGone,
     DesktopNotFound,
     DesktopStarting,
@@ -32,13 +42,18 @@ from desktop.protocol.errors import (
     SandboxStartError,
 )
 from desktop.protocol.models import Screen
-from desktop.runtime import Runtime, Sandbox, SandboxSpec, make_runtime
+from desktop.runtime import Found, Runtime, Sandbox, SandboxSpec, make_runtime
 from desktop.settings import Settings
 
 log = logging.getLogger("cubicle.manager")
 
 KEEP_ENDED = 100
 """How many failed or stopped desktops stay listed (with their reason) until deleted."""
+_WARM_UP_SHOT = {"format": "jpeg", "max_width": "64"}
+"""The screenshot a spare takes once drawn, to load the capture and encoding code."""
+BACKGROUND_START_TIMEOUT_S = 600.0
+"""How long a spare may take to boot in the background: a busy host gives it little CPU.
+Once someone takes it, `start_timeout_s` counts again from then."""
 
 
 @dataclass
@@ -75,7 +90,17 @@ class _Desktop:
             startup_ms=self.startup_ms,
             from_pool=self.from_pool,
             runtime=self.runtime,
+            node=self._node(),
         )
+
+    def _node(self) -> NodeInfo | None:
+        place = self.sandbox.node if self.sandbox is not None else None
+        return NodeInfo(id=place.id, address=place.address) if place is not None else None
+
+
+def _outlives_service(record: _Desktop) -> bool:
+    """A handed-out desktop in a runtime whose sandboxes outlive the service."""
+    return record.status == "ready" and record.sandbox is not None and record.sandbox.detached
 
 
 class SandboxManager:
@@ -87,31 +112,44 @@ class SandboxManager:
         """`ActionsRan` and `DesktopEnded`, for the other rooms."""
         self._runtimes: dict[str, Runtime] = {}
         self._desktops: OrderedDict[str, _Desktop] = OrderedDict()
-        self._pool: list[_Desktop] = []
-        """Ready desktops of the default kind, not yet handed out (not listed)."""
-        self._refilling: asyncio.Task | None = None
+        self.pool: WarmPool[_Desktop] = WarmPool(
+            settings,
+            PoolHooks(
+                new=self._spare,
+                boot=self._boot_spare,
+                foreground=self._foreground,
+                discard=lambda d: self._end(d, "stopped", "a spare the warm pool no longer needs"),
+                in_use=self._running,
+            ),
+        )
+        """Desktops booted before anyone asked, handed out by `create` (not listed)."""
         self._reaper: asyncio.Task | None = None
 
     # --- lifecycle of the manager -----------------------------------------------------------
 
-    def start(self) -> None:
-        """Build the default runtime (so a broken host fails at start) and begin the reaper."""
-        self.runtime(self.settings.runtime)
+    async def start(self) -> None:
+        """Build the default runtime (so a broken host fails at start), take over the
+        desktops an earlier service left running in it, and begin the reaper."""
+        runtime = self.runtime(self.settings.runtime)
         if self._reaper is None:
+            for found in await runtime.recover():
+                await self._adopt(runtime.name, found)
             self._reaper = asyncio.create_task(self._reap_idle(), name="reap-idle-desktops")
-            self._refill_pool()
+            self.pool.start()
 
     async def stop(self) -> None:
         """Stop every desktop this manager started, pooled ones too; idempotent."""
-        for task in (self._reaper, self._refilling):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._reaper = self._refilling = None
-        everything = [*self._desktops.values(), *self._pool]
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        self._reaper = None
+        await self.pool.stop()
+        detached = [d for d in self._desktops.values() if _outlives_service(d)]
+        ending = [d for d in self._desktops.values() if d not in detached]
         await asyncio.gather(
-            *(self._end(d, "stopped", "the service shut down") for d in everything),
+            *(self._let_go(d) for d in detached),
+            *(self._end(d, "stopped", "the service shut down") for d in ending),
             return_exceptions=True,
         )
         runtimes, self._runtimes = list(self._runtimes.values()), {}
@@ -122,6 +160,30 @@ class SandboxManager:
         if name not in self._runtimes:
             self._runtimes[name] = make_runtime(name, self.settings)
         return self._runtimes[name]
+
+    async def _adopt(self, runtime: str, found: Found) -> None:
+        """Manage a desktop an earlier service started, listed as it was; a spare of its
+        warm pool is stopped (this service's pool boots its own)."""
+        record = _Desktop(found.spec, runtime, found.timeout_s, created_at=found.created_at)
+        record.sandbox = found.sandbox
+        if found.timeout_s == 0:
+            await self._end(record, "stopped", "a warm pool spare of an earlier service")
+            return
+        record.client = GuestClient(found.sandbox.endpoint)
+        record.status = "ready"
+        record.watcher = asyncio.create_task(self._watch(record), name=f"watch-{found.spec.id}")
+        self._desktops[found.spec.id] = record
+        log.info("desktop %s found again (%s)", found.spec.id, runtime)
+
+    async def _let_go(self, record: _Desktop) -> None:
+        """Stop watching a desktop that outlives the service, and leave it running."""
+        watcher, record.watcher = record.watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        if record.client is not None:
+            await record.client.close()
 
     # --- desktops ------------------------------------------------------------------------
 
@@ -137,6 +199,7 @@ class SandboxManager:
             cpu_cores=self.settings.cpu_cores,
             disk_mb=request.disk_mb or self.settings.disk_mb,
             max_file_bytes=self.settings.max_upload_bytes,
+            node_labels=request.node_labels(),
         )
 
     def _running(self) -> int:
@@ -160,7 +223,12 @@ class SandboxManager:
         """Start a desktop (or take a warm one) and return once it is drawn."""
         self._check_maxima(request)
         runtime = request.runtime or self.settings.runtime
-        self.runtime(runtime)  # an unknown runtime is a 422 before anything starts
+        # an unknown runtime, or node labels it cannot honour, is a 422 before anything starts
+        if not self.runtime(runtime).places_on_nodes and request.node:
+            raise InvalidRequest(
+                f"node labels choose a cluster node, and the {runtime} runtime has none: "
+                "use the ray runtime or leave out `node`"
+            )
         running = self._running()
         if running >= self.settings.max_desktops:
             raise CapacityReached(
@@ -169,6 +237,7 @@ class SandboxManager:
             )
         record = await self._take_warm(request)
         if record is None:
+            await self.pool.make_room()
             record = _Desktop(self._spec(request), runtime, request.timeout_s)
             self._desktops[record.spec.id] = record
             try:
@@ -176,21 +245,24 @@ class SandboxManager:
             except BaseException:
                 del self._desktops[record.spec.id]
                 raise
-        self._refill_pool()
+        self.pool.refill()
         return record.info()
 
     async def _boot(self, record: _Desktop) -> None:
         """Start the record's sandbox and wait until its desktop is drawn."""
         spec = record.spec
         started = time.perf_counter()
+        timeout_s = BACKGROUND_START_TIMEOUT_S if spec.nice else self.settings.start_timeout_s
         try:
             record.sandbox = await self.runtime(record.runtime).start(spec)
-            async with asyncio.timeout(self.settings.start_timeout_s):
+            if spec.nice and not record.spec.nice:  # taken while it started
+                await record.sandbox.foreground()
+            async with asyncio.timeout(timeout_s):
                 await self._until_ready(record.sandbox)
         except BaseException as exc:
             reason = str(exc) if isinstance(exc, SandboxStartError) else None
             if isinstance(exc, TimeoutError):
-                reason = f"the desktop was not drawn within {self.settings.start_timeout_s:.0f} s"
+                reason = f"the desktop was not drawn within {timeout_s:.0f} s"
             if record.sandbox is not None:
                 await record.sandbox.stop()
             if reason is not None:
@@ -200,55 +272,58 @@ class SandboxManager:
         record.client = GuestClient(record.sandbox.endpoint)
         record.status = "ready"
         record.last_used = time.monotonic()
+        record.sandbox.kept(record.timeout_s, record.created_at)
         record.watcher = asyncio.create_task(self._watch(record), name=f"watch-{spec.id}")
         log.info("desktop %s ready in %.0f ms", spec.id, record.startup_ms)
 
     # --- the warm pool ---------------------------------------------------------------------
 
-    def _poolable(self, request: CreateDesktop) -> bool:
-        """Whether a desktop of the default kind answers this request."""
-        defaults = CreateDesktop()
-        return (
-            request.resolution == defaults.resolution
-            and not request.network
-            and request.runtime in (None, self.settings.runtime)
-            and request.memory_mb in (None, self.settings.memory_mb)
-            and request.max_pids in (None, self.settings.max_pids)
-            and request.disk_mb in (None, self.settings.disk_mb)
-        )
+    def want_warm(self, owner: str, count: int, request: CreateDesktop | None = None) -> None:
+        """Keep `count` drawn spares like `request` (default: the default kind) for `owner`,
+        besides `CUBICLE_WARM_POOL` for API users; 0 withdraws `owner`'s wish."""
+        self.pool.want(owner, count, request)
+
+    def pool_info(self) -> PoolInfo:
+        return self.pool.info()
+
+    def _spare(self, kind: DesktopKind) -> _Desktop:
+        spec = dataclasses.replace(self._spec(kind.request()), nice=self.settings.warm_pool_nice)
+        return _Desktop(spec, kind.runtime, timeout_s=0)
+
+    async def _boot_spare(self, record: _Desktop) -> None:
+        """Boot a spare, then have its guest load what it loads on first use (the screen
+        capture and the video's encoder): the first screenshot of a desktop taken from the
+        pool is then as quick as any other. Only spares pay that memory up front."""
+        await self._boot(record)
+        assert record.client is not None
+        try:
+            await record.client.request("GET", "/screenshot", params=_WARM_UP_SHOT)
+            await record.client.request("GET", "/frames/stats")
+        except CubicleError as exc:  # a spare that cannot warm up is still a desktop
+            log.warning("spare %s did not warm up: %s", record.spec.id, exc.message)
+
+    @staticmethod
+    async def _foreground(record: _Desktop) -> None:
+        if record.spec.nice:
+            record.spec = dataclasses.replace(record.spec, nice=0)
+            if record.sandbox is not None:
+                await record.sandbox.foreground()
 
     async def _take_warm(self, request: CreateDesktop) -> _Desktop | None:
-        """A pooled desktop for this request (waiting for one being booted), or None."""
-        if not self._poolable(request):
+        """A spare for this request (waiting for one being booted), or None."""
+        if request.node:  # spares are placed on any node
             return None
-        if not self._pool and self._refilling is not None and not self._refilling.done():
-            await asyncio.wait({self._refilling})
-        if not self._pool:
+        record = await self.pool.take(request)
+        if record is None:
             return None
-        record = self._pool.pop(0)
         record.from_pool = True
         record.timeout_s = request.timeout_s
         record.created_at = datetime.now(UTC)
         record.last_used = time.monotonic()
+        if record.sandbox is not None:
+            record.sandbox.kept(record.timeout_s, record.created_at)
         self._desktops[record.spec.id] = record
         return record
-
-    def _refill_pool(self) -> None:
-        """Boot desktops in the background until the pool holds `warm_pool` of them."""
-        if self._refilling is None or self._refilling.done():
-            self._refilling = asyncio.create_task(self._fill_pool(), name="fill-warm-pool")
-
-    async def _fill_pool(self) -> None:
-        while len(self._pool) < self.settings.warm_pool:
-            if self._running() + len(self._pool) >= self.settings.max_desktops:
-                return
-            record = _Desktop(self._spec(CreateDesktop()), self.settings.runtime, timeout_s=0)
-            try:
-                await self._boot(record)
-            except SandboxStartError as exc:
-                log.warning("warm pool: %s", exc)
-                return
-            self._pool.append(record)
 
     @staticmethod
     async def _until_ready(sandbox: Sandbox) -> None:
@@ -274,8 +349,8 @@ class SandboxManager:
         if record.status in ("failed", "stopped"):
             return
         record.status, record.reason = status, reason
-        if record in self._pool:
-            self._pool.remove(record)
+        if record.spec.id not in self._desktops:
+            self.pool.forget(record)
         watcher, record.watcher = record.watcher, None
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()
@@ -349,6 +424,8 @@ class SandboxManager:
         self.guest(desktop_id)
         record = self._record(desktop_id)
         record.timeout_s = timeout_s
+        if record.sandbox is not None:
+            record.sandbox.kept(timeout_s, record.created_at)
         return record.info()
 
     async def kill(self, desktop_id: str) -> None:

@@ -13,6 +13,19 @@ from desktop.protocol.models import Screen
 DesktopStatus = Literal["starting", "ready", "failed", "stopped"]
 
 
+NodeLabelKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,251}[A-Za-z0-9])?$")]
+NodeLabelValue = Annotated[str, Field(min_length=1, max_length=256)] | bool | int
+
+
+class NodeInfo(BaseModel):
+    """The cluster node that holds a desktop."""
+
+    id: str
+    """The cluster's id of the node (Ray's node id)."""
+    address: str
+    """The node's IP address."""
+
+
 class CreateDesktop(BaseModel):
     """Body of `POST /api/desktops`. Every field has a default."""
 
@@ -37,6 +50,20 @@ class CreateDesktop(BaseModel):
     """Disk the desktop may fill (home, /tmp, uploads), MiB; the service default when absent."""
     runtime: Annotated[str, Field(min_length=1, max_length=32)] | None = None
     """The runtime to start it in (`local`, …); the service's default when absent."""
+    node: (
+        Annotated[dict[NodeLabelKey, NodeLabelValue], Field(min_length=1, max_length=16)] | None
+    ) = None
+    """Labels the node that holds the desktop must carry, e.g. `{"gpu": true}` (runtimes
+    that place desktops on a cluster, `ray`: they become Ray label selectors, values in
+    lower-case text)."""
+
+    def node_labels(self) -> tuple[tuple[str, str], ...]:
+        """The `node` labels as text, sorted."""
+        text = {
+            k: str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in (self.node or {}).items()
+        }
+        return tuple(sorted(text.items()))
 
 
 class DesktopInfo(BaseModel):
@@ -57,6 +84,38 @@ class DesktopInfo(BaseModel):
     """Taken ready from the warm pool: the create call did not wait for `startup_ms`."""
     runtime: str = "local"
     """The runtime the desktop runs in."""
+    node: NodeInfo | None = None
+    """The cluster node that holds it; absent for desktops on the service's own host."""
+
+
+class PoolKind(BaseModel):
+    """The spares of one kind of desktop."""
+
+    resolution: tuple[int, int]
+    network: bool
+    runtime: str
+    target: int
+    """Spares the pool keeps of this kind."""
+    ready: int
+    """Drawn, handed out at once."""
+    booting: int
+
+
+class PoolInfo(BaseModel):
+    """`GET /api/pool`: the warm pool's spare desktops and who asked for them."""
+
+    enabled: bool
+    """False with `CUBICLE_WARM_POOL=0`: every create boots a desktop."""
+    target: int
+    ready: int
+    booting: int
+    wanted: dict[str, int]
+    """Spares asked for by the service's parts (`board`: the task board's concurrency), on
+    top of `CUBICLE_WARM_POOL` for API users."""
+    held_back: str | None = None
+    """Why the pool does not boot the spares it misses, when something stops it (memory,
+    `CUBICLE_MAX_DESKTOPS`)."""
+    kinds: list[PoolKind]
 
 
 class SetTimeout(BaseModel):

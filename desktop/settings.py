@@ -6,7 +6,7 @@ import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -36,7 +36,14 @@ class Settings(BaseSettings):
     """The runtime new desktops start in unless they ask for another (`desktop.runtime`)."""
     max_desktops: Annotated[int, Field(ge=1, le=1000)] = 32
     warm_pool: Annotated[int, Field(ge=0, le=16)] = 1
-    """Desktops of the default kind kept started and drawn, handed out at once on create."""
+    """Desktops of the default kind kept started and drawn for API users, handed out at
+    once on create, besides those the board asks for (its concurrency); 0 turns the pool
+    off."""
+    warm_pool_reserve_mb: Annotated[int, Field(ge=0)] = 2048
+    """The pool boots no spare while the host has less memory available than this, MiB."""
+    warm_pool_nice: Annotated[int, Field(ge=0, le=19)] = 19
+    """CPU niceness spares boot at: 19 gives them only CPU no desktop wants (on a host kept
+    busy they wait; one taken is raised at once), 0 boots them like any desktop."""
     memory_mb: Annotated[int, Field(ge=256)] = 2048
     """Default memory limit of a desktop, MiB."""
     max_pids: Annotated[int, Field(ge=64)] = 1024
@@ -86,6 +93,20 @@ class Settings(BaseSettings):
     """Seconds a desktop may take to come up before it counts as failed."""
     reap_interval_s: Annotated[float, Field(gt=0)] = 1.0
     """How often idle desktops are looked for, seconds."""
+    ray_address: str | None = None
+    """The Ray cluster of the `ray` runtime: the head's `HOST:PORT`, or `auto` for the
+    cluster `ray start` made on this host (`docs/cluster.md`)."""
+    ray_namespace: str = "cubicle"
+    """The Ray namespace of the desktops' actors: services sharing it find each other's."""
+    ray_placement: Literal["spread", "pack"] = "spread"
+    """`spread`: desktops go to the least loaded nodes; `pack`: Ray fills nodes first."""
+    ray_resource: str = "cubicle_desktop"
+    """The Ray resource a node offers per desktop it can hold (`ray start --resources`)."""
+    ray_node_runtime: str = "local"
+    """The runtime that starts a desktop on the node Ray picked."""
+    ray_spares: Annotated[int, Field(ge=0, le=16)] = 1
+    """Actors of the `ray` runtime kept placed, their processes started, ahead of creates
+    of default desktops (each holds one desktop's resources until a create takes it)."""
 
     @property
     def max_upload_bytes(self) -> int:

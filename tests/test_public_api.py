@@ -39,6 +39,7 @@ def test_public_names_are_pinned():
         "MouseDown",
         "MouseUp",
         "Move",
+        "NoNodeAvailable",
         "NotFound",
         "OffScreen",
         "PathNotAllowed",

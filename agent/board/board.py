@@ -49,6 +49,10 @@ from desktop.sdk import wait_for_service
 log = logging.getLogger("cubicle.board")
 T = TypeVar("T")
 
+WantWarm = Callable[[int, tuple[int, int]], None]
+"""Tells the service how many drawn desktops of a resolution the board wants kept ready
+(its warm pool), so that the tasks it starts take one instead of booting one."""
+
 _SERVICE_WAIT_S = 30.0
 """Longest wait for the service's own HTTP address to answer before the first run."""
 
@@ -63,12 +67,14 @@ class Board:
         token: str,
         *,
         config: Path | None = None,
+        want_warm: WantWarm | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.service_url = service_url
         self.token = token
         self.config = config
         """The agent's TOML config file for the default profile (see `agent.settings`)."""
+        self._want_warm = want_warm
         self.events = Events()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="board-db")
         self._db: TaskDB | None = None
@@ -100,6 +106,7 @@ class Board:
         interrupted = await self._call(self.db.interrupt_active)
         if interrupted:
             log.warning("tasks %s were running when the service stopped: interrupted", interrupted)
+        self._ask_warm(await self.settings())
         self._scheduler = asyncio.create_task(self._schedule(), name="board-scheduler")
 
     async def stop(self) -> None:
@@ -249,6 +256,7 @@ class Board:
 
     async def put_settings(self, settings: BoardSettings) -> BoardSettings:
         await self._call(self.db.put_settings, settings)
+        self._ask_warm(settings)
         self.events.publish("settings", settings=settings.model_dump(mode="json"))
         self._wake.set()
         return settings
@@ -293,6 +301,11 @@ class Board:
             ready=problem is None,
             problem=problem,
         )
+
+    def _ask_warm(self, settings: BoardSettings) -> None:
+        """One drawn desktop ready for each task that may start at once."""
+        if self._want_warm is not None:
+            self._want_warm(settings.concurrency, settings.resolution)
 
     # --- the worker pool --------------------------------------------------------------------
 

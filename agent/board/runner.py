@@ -9,6 +9,7 @@ finished and the desktop released, or kept for inspection when the board says so
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,13 +25,15 @@ from agent.settings import AgentSettings
 from agent.steps import StepRecord
 from agent.store import RunStore
 from desktop import RecordingInfo
-from desktop.protocol.errors import CubicleError
+from desktop.protocol.errors import CubicleError, DesktopGone, GuestUnreachable
 from desktop.sdk import AsyncDesktop
 
 log = logging.getLogger("cubicle.board")
 
 _DESKTOP_IDLE_MARGIN_S = 600
 """Idle timeout of a task's desktop beyond the task's time cap (a person may hold it)."""
+_DESKTOP_FAILED_WAIT_S = 30.0
+"""Longest wait, after a desktop stopped answering, for the service to say why."""
 
 
 @dataclass(frozen=True)
@@ -101,16 +104,18 @@ class TaskRun:
                 if self.pause_requested:
                     await agent.pause()
                 record = await agent.run(self.task.text)
-            status: TaskStatus = "done" if record.status == "done" else "failed"
-            result = record.reason
-            if self.hooks is not None:
+            if record.status == "done":
+                status, result = "done", record.reason
+            else:
+                status, result = await self._failed(record.reason)
+            if self.hooks is not None and status != "interrupted":  # a broken desktop: no
                 note = await self.hooks.after_agent(self.task, self.desktop, record, self.last_step)
                 result = f"{result} · {note}" if result and note else (note or result)
             return status, result
         except asyncio.CancelledError:
             return self.ending or ("cancelled", "cancelled by a person")
         except CubicleError as exc:
-            return "failed", exc.message
+            return await self._failed(exc.message)
         except Exception as exc:
             log.exception("task %s failed", self.task.id)
             return "failed", f"internal error: {exc!r}"
@@ -124,6 +129,36 @@ class TaskRun:
         self.pause_requested = False
         if self.agent is not None:
             self.agent.resume()
+
+    async def _failed(self, reason: str | None) -> tuple[TaskStatus, str | None]:
+        """`failed`, unless the desktop itself broke under the task (its node died, say):
+        then `interrupted`, ready to retry on a fresh desktop."""
+        broke = await self._desktop_broke()
+        if broke is None:
+            return "failed", reason
+        return "interrupted", f"the desktop broke under the task ({broke}): retry it"
+
+    async def _desktop_broke(self) -> str | None:
+        """Why the task's desktop no longer works, or None while it answers."""
+        if self.desktop is None:
+            return None
+        try:
+            await self.desktop.get_cursor_position()
+            return None
+        except (DesktopGone, GuestUnreachable) as exc:
+            broke = exc.message
+        except CubicleError:
+            return None
+        # The service may not have heard yet that the desktop's sandbox or node is gone.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _DESKTOP_FAILED_WAIT_S
+        while loop.time() < deadline:
+            with contextlib.suppress(CubicleError):
+                info = await self.desktop.refresh()
+                if info.status != "ready":
+                    return info.reason or broke
+            await asyncio.sleep(0.5)
+        return broke
 
     # --- the desktop ------------------------------------------------------------------------
 

@@ -256,7 +256,7 @@ def create_app(guest: Guest, *, secret: str | None = None) -> ASGIApp:
         Route("/clipboard", api.set_clipboard, methods=["PUT"]),
         Route("/open", api.open_target, methods=["POST"]),
         Route("/launch", api.launch, methods=["POST"]),
-        *frame_routes(guest.video),
+        *frame_routes(lambda: guest.video),
     ]
     app = Starlette(
         routes=routes,

@@ -21,9 +21,13 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from desktop.guest import memory
 from desktop.guest import session as desktop_session
-from desktop.protocol.models import GuestEvent, Screen
+
+if TYPE_CHECKING:
+    from desktop.protocol.models import GuestEvent
 
 log = logging.getLogger("cubicle.guest")
 
@@ -49,6 +53,8 @@ class StatusPipe:
             self._file = None
 
     def stage(self, name: str) -> None:
+        from desktop.protocol.models import GuestEvent  # after the X server started
+
         self.event(GuestEvent(event=name))
 
 
@@ -123,10 +129,12 @@ async def serve(args: argparse.Namespace) -> int:
             desktop_session.wait_until_drawn, session, args.ready_timeout, progress=status.stage
         ),
     )
+    memory.return_big_buffers()
     import uvicorn
 
     from desktop.guest.app import create_app
     from desktop.guest.core import Guest
+    from desktop.protocol.models import GuestEvent, Screen
 
     os.environ.update(
         DISPLAY=session.display,

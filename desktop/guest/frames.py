@@ -7,6 +7,10 @@ one encoder. Nothing is sent while the screen does not change.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from pydantic import TypeAdapter
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -17,15 +21,24 @@ from desktop.guest.web import query
 from desktop.protocol.errors import DesktopGone
 from desktop.protocol.models import FramesQuery
 from streaming.frames import EncodedFrame
-from streaming.source import Subscription, VideoSource, VideoStats
 
-_stats = TypeAdapter(VideoStats)
+if TYPE_CHECKING:
+    from streaming.source import Subscription, VideoSource, VideoStats
 
 
-def frame_routes(source: VideoSource) -> list[Route]:
+@functools.cache
+def _stats() -> TypeAdapter[VideoStats]:
+    from streaming.source import VideoStats
+
+    return TypeAdapter(VideoStats)
+
+
+def frame_routes(source: Callable[[], VideoSource]) -> list[Route]:
+    """The routes; `source` gives the video source, made (and PyAV loaded) on first use."""
+
     async def frames(request: Request) -> Response:
         fps = query(request, FramesQuery).fps
-        subscription = source.subscribe(fps)
+        subscription = source().subscribe(fps)
         try:  # the first keyframe, so a broken capture is a 5xx rather than an empty stream
             first = await anext(subscription)
         except StopAsyncIteration:
@@ -37,11 +50,11 @@ def frame_routes(source: VideoSource) -> list[Route]:
         return _FrameStream(subscription, first)
 
     async def keyframe(request: Request) -> Response:
-        source.request_keyframe()
+        source().request_keyframe()
         return Response(status_code=204)
 
     async def stats(request: Request) -> Response:
-        return Response(_stats.dump_json(source.stats()), media_type="application/json")
+        return Response(_stats().dump_json(source().stats()), media_type="application/json")
 
     return [
         Route("/frames", frames, methods=["GET"]),

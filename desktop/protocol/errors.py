@@ -18,6 +18,7 @@
     │   ├── DesktopStarting       still booting (409)
     │   └── DesktopGone           failed or stopped; `reason` says why (410)
     ├── CapacityReached           no room for another desktop (429)
+    │   └── NoNodeAvailable       no cluster node could take the desktop in time (503)
     ├── AuthError                 missing or wrong token (401)
     │   └── Forbidden             a valid token that does not allow this call (403)
     ├── ServiceUnreachable        the SDK could not reach the Cubicle service (no HTTP status)
@@ -119,6 +120,13 @@ class CapacityReached(CubicleError):
     code = "capacity_reached"
 
 
+class NoNodeAvailable(CapacityReached):
+    """No node of the cluster could take the desktop within the start timeout; the message
+    names what was missing (a resource, memory, a node label)."""
+
+    code = "no_node_available"
+
+
 class AuthError(CubicleError):
     code = "unauthorized"
 
@@ -181,6 +189,7 @@ STATUS: dict[type[CubicleError], int] = {
     DesktopGone: 410,
     DesktopUnavailable: 409,
     CapacityReached: 429,
+    NoNodeAvailable: 503,
     AuthError: 401,
     Forbidden: 403,
     GuestUnreachable: 502,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from desktop.protocol.errors import InvalidRequest
-from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
+from desktop.runtime.base import Found, NodePlace, Runtime, Sandbox, SandboxSpec
 from desktop.settings import Settings
 
 RuntimeFactory = Callable[[Settings], Runtime]
@@ -31,7 +31,13 @@ def _local(settings: Settings) -> Runtime:
     return LocalRuntime(settings.data_dir, max_sandboxes=settings.max_desktops, hardening=hardening)
 
 
-RUNTIMES: dict[str, RuntimeFactory] = {"local": _local}
+def _ray(settings: Settings) -> Runtime:
+    from desktop.runtime.raycluster import RayRuntime
+
+    return RayRuntime(settings)
+
+
+RUNTIMES: dict[str, RuntimeFactory] = {"local": _local, "ray": _ray}
 """Runtime name → its factory."""
 
 
@@ -45,4 +51,13 @@ def make_runtime(name: str, settings: Settings) -> Runtime:
     return factory(settings)
 
 
-__all__ = ["RUNTIMES", "Runtime", "RuntimeFactory", "Sandbox", "SandboxSpec", "make_runtime"]
+__all__ = [
+    "RUNTIMES",
+    "Found",
+    "NodePlace",
+    "Runtime",
+    "RuntimeFactory",
+    "Sandbox",
+    "SandboxSpec",
+    "make_runtime",
+]

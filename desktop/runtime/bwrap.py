@@ -16,11 +16,16 @@ from pathlib import Path
 
 import desktop
 from desktop.protocol.errors import SandboxStartError
+from desktop.runtime import priority
 
 GUEST_UID = 1000
 """The user id a desktop's programs have inside the sandbox."""
 GUEST_HOME = "/home/user"
 GUEST_RUNTIME_DIR = f"/run/user/{GUEST_UID}"
+GUEST_SECRET = "/run/cubicle-secret"
+"""Where the guest reads its per-desktop secret, when the runtime gives it one."""
+FONT_CACHE = Path("/var/cache/fontconfig")
+"""The system's font cache (`fc-cache`), shared read-only with every desktop."""
 
 ETC_ALLOWLIST = (
     "alternatives", "bash.bashrc", "ca-certificates", "chromium", "chromium.d",
@@ -132,6 +137,7 @@ def bwrap_argv(
     listen_fd: int,
     seccomp_fd: int | None,
     etc: dict[str, Path],
+    secret: bool = False,
     hardened: bool = True,
 ) -> list[str]:
     """bwrap's arguments; `hardened=False` only to measure what the hardening costs."""
@@ -161,6 +167,8 @@ def bwrap_argv(
         argv += ["--bind", str(layout.disk / "run"), GUEST_RUNTIME_DIR]
     else:
         argv += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--dir", GUEST_RUNTIME_DIR]
+    if FONT_CACHE.is_dir():  # without it, every GTK program scans each font file at start
+        argv += ["--ro-bind", str(FONT_CACHE), str(FONT_CACHE)]
     argv += binds.args
     if hardened:  # nothing writable but the disk's directories and the sized tmpfs
         argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
@@ -180,6 +188,8 @@ def bwrap_argv(
         f"--status-fd={status_fd}",
         f"--max-file-bytes={max_file_bytes}",
     ]
+    if secret:
+        argv.append(f"--secret-file={GUEST_SECRET}")
     return argv
 
 
@@ -188,6 +198,7 @@ def launcher_argv(
     *,
     join_cgroup: list[str],
     rlimits: list[str],
+    nice: int = 0,
     host_uid: int | None,
     network: bool,
 ) -> list[str]:
@@ -198,7 +209,8 @@ def launcher_argv(
     own_net = []
     if network:
         own_net = ["unshare", f"--map-user={GUEST_UID}", f"--map-group={GUEST_UID}", "--net", "--"]
-    return [*join_cgroup, "prlimit", *rlimits, "--", *run_as, *own_net, *bwrap]
+    niced = priority.nice_argv(nice) if nice else []  # a warm pool's spare boots niced
+    return [*niced, *join_cgroup, "prlimit", *rlimits, "--", *run_as, *own_net, *bwrap]
 
 
 def etc_files(directory: Path, spec_id: str, network: bool) -> dict[str, Path]:

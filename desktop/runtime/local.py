@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from desktop.guest_client import GuestEndpoint
 from desktop.protocol.errors import CapacityReached, SandboxStartError
 from desktop.protocol.models import GuestEvent
-from desktop.runtime import bwrap, cgroups, disk, syscalls, users
+from desktop.runtime import bwrap, cgroups, disk, priority, syscalls, users
 from desktop.runtime.base import Runtime, Sandbox, SandboxSpec
 from desktop.runtime.network import EgressRules, UserNetwork
 
@@ -76,7 +76,7 @@ class LocalSandbox(Sandbox):
         info_fd: int,
     ) -> None:
         self.id = spec.id
-        self.endpoint = GuestEndpoint(uds=str(directory / "guest.sock"))
+        self.endpoint = GuestEndpoint(uds=str(directory / "guest.sock"), secret=spec.secret)
         self.directory = directory
         self.cgroup = cgroup
         self.disk = desk
@@ -90,6 +90,7 @@ class LocalSandbox(Sandbox):
         """bwrap's `--info-fd`, read once by the runtime as the sandbox starts."""
         self.bwrap_pid = process.pid
         """The launcher exec'd its way to bwrap (`desktop.runtime.bwrap`): same pid."""
+        self.niced = spec.nice > 0 and priority.can_raise()
 
     async def events(self) -> AsyncIterator[GuestEvent]:
         while line := await self._status.readline():
@@ -123,6 +124,18 @@ class LocalSandbox(Sandbox):
             with contextlib.suppress(FileNotFoundError):
                 return self.cgroup.pids()
         return [self._process.pid]
+
+    async def foreground(self) -> None:
+        if not self.niced:
+            return
+        self.niced = False
+
+        def everything() -> list[int]:
+            if self.cgroup is not None:
+                return self.pids()
+            return priority.descendants(self._process.pid)
+
+        await asyncio.to_thread(priority.raise_to_normal, everything)
 
     async def stop(self) -> None:
         if self._stopped:
@@ -297,6 +310,8 @@ class LocalRuntime(Runtime):
             raise
         try:
             info = await asyncio.wait_for(asyncio.to_thread(_read_json, sandbox.info_fd), 10)
+            if sandbox.niced:  # bwrap's --new-session made a session group at nice 0
+                await asyncio.to_thread(priority.lower_group, info["child-pid"], spec.nice)
             if spec.network:
                 log_fd = os.open(directory / "sandbox.log", os.O_WRONLY | os.O_APPEND)
                 try:
@@ -330,6 +345,16 @@ class LocalRuntime(Runtime):
         binds.add(home, GUEST_HOME, writable=True)
         for path in self._python_paths:
             binds.add(path, str(path))
+        secret = None
+        if spec.secret is not None:
+            # The guest reads it at start; the desktop's programs may read it too, and gain
+            # nothing by it: the guest's socket is out of their reach.
+            secret = directory / "secret"
+            await asyncio.to_thread(secret.write_text, spec.secret)
+            secret.chmod(0o400)
+            if host_uid is not None:
+                os.lchown(secret, host_uid, host_uid)
+            binds.add(secret, bwrap.GUEST_SECRET)
         layout = bwrap.Layout(
             disk=desk.mountpoint if desk else None,
             home=home,
@@ -344,6 +369,7 @@ class LocalRuntime(Runtime):
             spec.id, layout, binds, network=spec.network, width=spec.width,
             height=spec.height, max_file_bytes=spec.max_file_bytes, status_fd=status_w,
             info_fd=info_w, listen_fd=listen_fd, seccomp_fd=seccomp_fd, etc=self._etc,
+            secret=secret is not None,
             hardened=not self.hardening.off,
         )  # fmt: skip
         # RLIMIT_NPROC counts per host user: with a user id per sandbox, per sandbox. Under
@@ -355,6 +381,7 @@ class LocalRuntime(Runtime):
             rlimits.append(f"--as={spec.memory_mb * 4 * 1024 * 1024}")
         launcher = bwrap.launcher_argv(
             argv,
+            nice=spec.nice if spec.nice and priority.can_raise() else 0,
             join_cgroup=cgroup.join_argv() if cgroup else [],
             rlimits=rlimits,
             host_uid=host_uid,
