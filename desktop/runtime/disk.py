@@ -84,6 +84,14 @@ def _mounted_under(directory: Path) -> list[Path]:
     return sorted(found, key=lambda p: -len(p.parts))
 
 
+def sweep(desktops: Path) -> None:
+    """Unmount what a runtime that died left mounted under `desktops` (lazily)."""
+    command = ["umount", "-l"] if os.geteuid() == 0 else ["fusermount3", "-u", "-z"]
+    for point in _mounted_under(desktops):
+        with contextlib.suppress(OSError):
+            _run(*command, str(point))
+
+
 @dataclass
 class Disk:
     """One desktop's mounted disk."""
@@ -144,12 +152,6 @@ class Disks:
                 f"a size-capped disk per desktop needs {', '.join(self.missing)} "
                 f"(Debian: {package}; scripts/bootstrap.sh installs them)"
             )
-
-    def sweep(self, desktops: Path) -> None:
-        """Unmount what a service that died left mounted under `desktops`."""
-        for point in _mounted_under(desktops):
-            with contextlib.suppress(OSError):
-                _run(*self._unmount, str(point))
 
     def _template(self, size_mb: int) -> Path:
         """The empty disk of `size_mb`, with the home skeleton in it (made once)."""

@@ -181,7 +181,7 @@ class LocalRuntime(Runtime):
             spares_in=self.root,
             spare_mb=None if self.hardening.off else self.hardening.spare_disk_mb,
         )
-        self.disks.sweep(self.root)
+        disk.sweep(self.root)
         self._etc = bwrap.sandbox_etc(data_dir) if not self.hardening.off else {}
         self.problems: list[str] = []
         """What this host cannot enforce; creating a desktop fails with it (unless unsafe)."""
