@@ -17,6 +17,8 @@ class AgentRoom:
 
     def __init__(self) -> None:
         self.board: Board | None = None
+        self.body_limits = {("POST", "/api/tasks/batch"): board_api.BATCH_BYTES}
+        """A batch of up to 10,000 tasks may take more than the service's usual body cap."""
         self._manager: SandboxManager | None = None
 
     async def start(self, services: Services) -> None:

@@ -27,6 +27,7 @@ from bench import (
     density,
     evals,
     grounding,
+    hardening,
     live,
     load,
     microvm,
@@ -53,6 +54,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "microvm": microvm.run,
     "load": load.run,
     "soak": soak.run,
+    "hardening": hardening.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"

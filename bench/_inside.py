@@ -1,10 +1,10 @@
 """Programs run in the background inside a desktop, through the exec API.
 
 A program started here runs in its own session, so the exec call returns at once and its
-timeout does not kill it; its output goes to `/run/cubicle/<name>.log`. The sandbox's
-`/run/cubicle` is the host directory `<data_dir>/desktops/<id>/run`, so the log, and any
-Unix socket the program makes there, are reachable from the host. Whatever is left when
-the desktop is killed goes with it (the service kills the desktop's cgroup).
+timeout does not kill it; its output goes to `$XDG_RUNTIME_DIR/<name>.log`. That directory
+lives on the desktop's disk, mounted on the host at `<data_dir>/desktops/<id>/disk/run`,
+so the log, and any Unix socket the program makes there, are reachable from the host.
+Whatever is left when the desktop is killed goes with it (the service kills its cgroup).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench._service import Service, desktop_pids
 
-GUEST_RUN = "/run/cubicle"
+GUEST_RUN = "/run/user/1000"
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,13 @@ class InsideProcess:
 
 
 def run_dir(service: Service, desktop_id: str) -> Path:
-    """The host directory that is `/run/cubicle` inside the desktop."""
-    return service.data_dir / "desktops" / desktop_id / "run"
+    """The host directory that is `GUEST_RUN` inside the desktop."""
+    return service.data_dir / "desktops" / desktop_id / "disk" / "run"
+
+
+def guest_socket(service: Service, desktop_id: str) -> Path:
+    """The guest daemon's socket on the host (made by the runtime, outside the sandbox)."""
+    return service.data_dir / "desktops" / desktop_id / "guest.sock"
 
 
 def exec_command(

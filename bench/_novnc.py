@@ -2,9 +2,9 @@
 
 E2B Desktop, Anthropic's computer-use demo and most of their kin stream a desktop with
 x11vnc and show it with noVNC through websockify. Here x11vnc runs inside our sandboxed
-desktop (started through the exec API, Debian's build) and listens on a Unix socket in
-`/run/cubicle`, which the host reaches as `<data_dir>/desktops/<id>/run/vnc.sock`. Debian's
-websockify bridges that socket to a WebSocket on 127.0.0.1 and serves Debian's noVNC (1.3)
+desktop (started through the exec API, Debian's build) and listens on a Unix socket in its
+runtime directory, which the host reaches as `<data_dir>/desktops/<id>/disk/run/vnc.sock`.
+Debian's websockify bridges that socket to a WebSocket on 127.0.0.1 and serves Debian's noVNC (1.3)
 from the same port.
 
 x11vnc runs with one of two sets of options (`PROFILES`), beside what every run needs here

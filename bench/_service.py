@@ -23,9 +23,7 @@ import httpx
 from bench._run import progress
 from desktop.launcher import ServiceProcess
 from desktop.models import DesktopInfo
-
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-"""The service's local runtime puts desktop `<id>` in `<controller>/cubicle/<id>` here."""
+from desktop.runtime import cgroups
 
 
 @dataclass
@@ -81,18 +79,18 @@ class Service:
 
 def desktop_pids(desktop_id: str) -> list[int]:
     """The processes of a desktop, from its pids cgroup (empty when it has none)."""
+    cgroup = cgroups.find(desktop_id)
     try:
-        text = (CGROUP_ROOT / "pids" / "cubicle" / desktop_id / "cgroup.procs").read_text()
+        return cgroup.pids() if cgroup else []
     except FileNotFoundError:
         return []
-    return [int(pid) for pid in text.split()]
 
 
 def desktop_cgroup_memory_bytes(desktop_id: str) -> int | None:
     """Memory charged to a desktop's cgroup (page cache included), when it has one."""
-    path = CGROUP_ROOT / "memory" / "cubicle" / desktop_id / "memory.usage_in_bytes"
+    cgroup = cgroups.find(desktop_id)
     try:
-        return int(path.read_text())
+        return cgroup.memory_bytes() if cgroup else None
     except FileNotFoundError:
         return None
 

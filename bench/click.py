@@ -131,7 +131,7 @@ class _Clicks:
         self._env = host.env
         self._display = Display(host.display)
         self._input = InputController(self._display)
-        guest_socket = service.data_dir / "desktops" / desktop_id / "run" / "guest.sock"
+        guest_socket = service.data_dir / "desktops" / desktop_id / "guest.sock"
         self._guest = _UnixConnection(str(guest_socket))
         self._sdk = Desktop.connect(desktop_id, base_url=service.url, token=service.token)
         url = httpx.URL(service.url)

@@ -334,7 +334,7 @@ class _Run:
 
     def encoder_stats(self) -> dict[str, float]:
         """The guest's `GET /frames/stats` (all of it: the service passes on only a part)."""
-        socket = _inside.run_dir(self.service, self.desktop_id) / "guest.sock"
+        socket = _inside.guest_socket(self.service, self.desktop_id)
         transport = httpx.HTTPTransport(uds=str(socket))
         with httpx.Client(transport=transport, base_url="http://guest", timeout=10) as guest:
             return guest.get("/frames/stats").raise_for_status().json()

@@ -93,7 +93,7 @@ class Window:
 
 
 def _guest_stats(service: Service, desktop_id: str) -> dict[str, Any]:
-    socket = _inside.run_dir(service, desktop_id) / "guest.sock"
+    socket = _inside.guest_socket(service, desktop_id)
     transport = httpx.HTTPTransport(uds=str(socket))
     with httpx.Client(transport=transport, base_url="http://guest", timeout=10) as guest:
         return guest.get("/frames/stats").raise_for_status().json()
@@ -104,7 +104,7 @@ class _Reader(threading.Thread):
 
     def __init__(self, service: Service, desktop_id: str) -> None:
         super().__init__(name="frames-reader", daemon=True)
-        socket = _inside.run_dir(service, desktop_id) / "guest.sock"
+        socket = _inside.guest_socket(service, desktop_id)
         self._client = httpx.Client(
             transport=httpx.HTTPTransport(uds=str(socket)), base_url="http://guest", timeout=None
         )

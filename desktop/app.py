@@ -17,13 +17,16 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from desktop.api import desktops, pool
+from desktop import at_rest
+from desktop.api import desktops, pool, session
 from desktop.api.auth import load_or_create_token, require_token
 from desktop.api.errors import install as install_error_handlers
 from desktop.api.openapi import install as install_openapi
+from desktop.api.security import BodyLimits, Guard
 from desktop.manager import SandboxManager
 from desktop.services import Room, Services
 from desktop.settings import Settings, get_settings
+from desktop.shares import ShareLinks
 
 log = logging.getLogger("cubicle")
 
@@ -41,11 +44,10 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        at_rest.protect(settings.data_dir)
         manager = SandboxManager(settings)
-        services = Services(
-            settings, load_or_create_token(settings.data_dir, settings.token), manager
-        )
+        token = load_or_create_token(settings.data_dir, settings.token)
+        services = Services(settings, token, manager, ShareLinks(manager.events))
         await manager.start()
         started: list[Room] = []
         try:
@@ -58,6 +60,7 @@ def create_app(
         finally:
             for room in reversed(started):
                 await room.stop()
+            services.shares.close()
             await manager.stop()
 
     app = FastAPI(
@@ -68,7 +71,12 @@ def create_app(
     )
     install_error_handlers(app)
     install_openapi(app)
+    limits = {("PUT", r"/api/desktops/[^/]+/files"): settings.max_upload_bytes}
+    for room in rooms:
+        limits.update(getattr(room, "body_limits", {}))
+    app.add_middleware(Guard, limits=BodyLimits(settings.max_body_bytes, limits))
     app.include_router(desktops.router, dependencies=[Depends(require_token)])
+    app.include_router(session.router)
     app.include_router(pool.router, dependencies=[Depends(require_token)])
     for room in rooms:
         for router in room.routers:

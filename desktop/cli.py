@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -254,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     evals_cli.configure(evals)
 
     args = parser.parse_args(argv)
+    # Runs, recordings and reports the CLI writes (some into the service's data directory)
+    # are its user's alone, as the service's own files are (desktop.at_rest).
+    os.umask(0o077)
     try:
         if args.command == "eval":
             return evals_cli.main(args)

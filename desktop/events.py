@@ -40,7 +40,15 @@ class DesktopEnded:
     reason: str
 
 
-DesktopEvent = ActionsRan | DesktopEnded
+@dataclass(frozen=True)
+class LinkRevoked:
+    """A share link of a desktop was revoked: whatever it opened must close."""
+
+    desktop_id: str
+    link_id: str
+
+
+DesktopEvent = ActionsRan | DesktopEnded | LinkRevoked
 Listener = Callable[[DesktopEvent], None]
 
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,8 +47,12 @@ class ServiceProcess:
         token: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout_s: float = 30.0,
+        prefix: Sequence[str] = (),
     ) -> ServiceProcess:
-        """Start the service and return once it answers; its log is `data_dir/service.log`."""
+        """Start the service and return once it answers; its log is `data_dir/service.log`.
+
+        `prefix` runs it through another command, e.g. `setpriv --reuid=…` for a service
+        of another user."""
         data_dir = data_dir or Path(tempfile.mkdtemp(prefix="cubicle-"))
         token = token or secrets.token_urlsafe(16)
         port = free_port()
@@ -61,7 +65,7 @@ class ServiceProcess:
         }
         with open(data_dir / "service.log", "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "desktop.cli", "serve"],
+                [*prefix, sys.executable, "-m", "desktop.cli", "serve"],
                 env=environment,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -215,8 +215,23 @@ class SandboxManager:
     def _running(self) -> int:
         return sum(d.status in ("starting", "ready") for d in self._desktops.values())
 
+    def _check_maxima(self, request: CreateDesktop) -> None:
+        """Refuse asks over the operator's per-desktop maxima (422, naming the setting)."""
+        s = self.settings
+        for asked, most, unit, name in (
+            (request.memory_mb, s.desktop_max_memory_mb, "MiB of memory", "DESKTOP_MAX_MEMORY_MB"),
+            (request.max_pids, s.desktop_max_pids, "processes", "DESKTOP_MAX_PIDS"),
+            (request.disk_mb, s.desktop_max_disk_mb, "MiB of disk", "DESKTOP_MAX_DISK_MB"),
+        ):
+            if asked is not None and asked > most:
+                raise InvalidRequest(
+                    f"a desktop may have at most {most} {unit} here (asked {asked}; "
+                    f"the operator sets CUBICLE_{name})"
+                )
+
     async def create(self, request: CreateDesktop) -> DesktopInfo:
         """Start a desktop (or take a warm one) and return once it is drawn."""
+        self._check_maxima(request)
         runtime = request.runtime or self.settings.runtime
         # an unknown runtime, or node labels it cannot honour, is a 422 before anything starts
         if not self.runtime(runtime).places_on_nodes and request.node:
@@ -383,14 +398,16 @@ class SandboxManager:
     def get(self, desktop_id: str) -> DesktopInfo:
         return self._record(desktop_id).info()
 
-    def guest(self, desktop_id: str) -> GuestClient:
-        """The guest client of a ready desktop; counts as activity for the idle timeout."""
+    def guest(self, desktop_id: str, *, touch: bool = True) -> GuestClient:
+        """The guest client of a ready desktop; counts as activity for the idle timeout
+        unless `touch` is False (watching a desktop does not keep it alive)."""
         record = self._record(desktop_id)
         if record.status == "starting":
             raise DesktopStarting(f"desktop {desktop_id} is still starting: retry in a moment")
         if record.status != "ready" or record.client is None:
             raise DesktopGone(f"desktop {desktop_id} is {record.status}: {record.reason}")
-        record.last_used = time.monotonic()
+        if touch:
+            record.last_used = time.monotonic()
         return record.client
 
     def lane(self, desktop_id: str, kind: str) -> Lane:

@@ -177,13 +177,17 @@ AccessMode = Literal["view", "control"]
 class ShareLink(BaseModel):
     """A link to one desktop's live view, as `POST /api/desktops/{id}/share` makes it."""
 
+    id: str
+    """Names the link to revoke it (`DELETE /api/desktops/{id}/shares/{link_id}`)."""
     desktop_id: str
     mode: AccessMode
     """`view` watches only; `control` may also take control."""
-    token: str
+    token: str | None = None
+    """Only in the answer that made the link: the service keeps a hash of it, not it."""
     url: str
-    """The viewer page with the token in it."""
+    """The viewer page (with the token in it, in the answer that made the link)."""
     expires_at: datetime
+    created_at: datetime
 
 
 class TakeSnapshot(BaseModel):

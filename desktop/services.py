@@ -16,6 +16,7 @@ from starlette.requests import HTTPConnection
 
 from desktop.manager import SandboxManager
 from desktop.settings import Settings
+from desktop.shares import ShareLinks
 
 T = TypeVar("T")
 
@@ -28,6 +29,8 @@ class Services:
     token: str
     """The admin token: every `/api` call carries it (or a share token signed with it)."""
     manager: SandboxManager
+    shares: ShareLinks
+    """Every share link (`desktop.shares`): made by the live view, checked by auth."""
     _rooms: dict[type, object] = field(default_factory=dict)
 
     def add(self, room: object) -> None:
@@ -46,7 +49,9 @@ class Room(Protocol):
     """A part of the service another package adds: its routes and what it runs."""
 
     routers: Sequence[APIRouter]
-    """Included as they are: each router declares the auth its routes need."""
+    """Included as they are: each router declares the auth its routes need. A room may
+    also have `body_limits`: the bodies some of its routes take beyond
+    `CUBICLE_MAX_BODY_MB`, (method, path pattern) → bytes (`desktop.api.security`)."""
 
     async def start(self, services: Services) -> None:
         """Start what the room runs; register what its routes need with `services.add`."""

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+CidrList = Annotated[tuple[str, ...], NoDecode]
+"""Comma-separated CIDRs in the environment (`10.0.0.5/32,192.168.1.0/24`)."""
 
 
 def _default_data_dir() -> Path:
@@ -54,6 +58,41 @@ class Settings(BaseSettings):
     """CPU time one desktop may use, in cores; unset, desktops share the CPU by equal weight."""
     max_upload_mb: Annotated[int, Field(ge=1)] = 100
     """Largest file accepted by the files API, MiB."""
+    max_body_mb: Annotated[int, Field(ge=1, le=1024)] = 4
+    """Largest body of any other request (JSON), MiB; the task batch allows 32."""
+    desktop_max_memory_mb: Annotated[int, Field(ge=256)] = 16_384
+    """Most memory one create request may ask for, MiB."""
+    desktop_max_pids: Annotated[int, Field(ge=64)] = 8192
+    """Most processes one create request may ask for."""
+    desktop_max_disk_mb: Annotated[int, Field(ge=64)] = 65_536
+    """Most disk one create request may ask for, MiB."""
+    total_memory_mb: Annotated[int, Field(ge=256)] | None = None
+    """Memory all desktops together may use (the kernel enforces it); unset: 90 % of RAM."""
+    total_pids: Annotated[int, Field(ge=64)] = 32_768
+    """Processes all desktops together may run (the kernel enforces it)."""
+    egress_allow: CidrList = ()
+    """Networks desktops with `network: true` may reach although the policy blocks them."""
+    egress_deny: CidrList = ()
+    """Networks desktops may never reach, over everything else."""
+    unsafe_no_limits: bool = False
+    """Start desktops even where this host cannot enforce their limits (a loud warning)."""
+    unsafe_no_hardening: bool = False
+    """No seccomp, cgroups or disk caps at all: only to measure what the hardening costs."""
+
+    @field_validator("egress_allow", "egress_deny", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("egress_allow", "egress_deny")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for text in value:
+            ipaddress.ip_network(text, strict=False)  # ValueError names the bad one
+        return value
+
     start_timeout_s: Annotated[float, Field(gt=0)] = 30.0
     """Seconds a desktop may take to come up before it counts as failed."""
     reap_interval_s: Annotated[float, Field(gt=0)] = 1.0
@@ -76,6 +115,17 @@ class Settings(BaseSettings):
     @property
     def max_upload_bytes(self) -> int:
         return self.max_upload_mb * 1024 * 1024
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self.max_body_mb * 1024 * 1024
+
+    def desktops_memory_mb(self) -> int:
+        """`total_memory_mb`, or 90 % of this machine's memory."""
+        if self.total_memory_mb is not None:
+            return self.total_memory_mb
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return int(pages * 0.9) // (1024 * 1024)
 
 
 @lru_cache

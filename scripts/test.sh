@@ -3,6 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
+if [ "$(id -u)" -ne 0 ]; then
+    echo "==> not root: the escape suite's root part is skipped (tests/security, root_only)."
+    echo "    As root (as CI runs it), it also runs the suite again as a dedicated user."
+fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 exec .venv/bin/pytest "$@"

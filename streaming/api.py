@@ -8,10 +8,11 @@ Every route here takes the admin token or a share token scoped to the desktop in
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Request, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Depends, Request, Response, WebSocket, WebSocketDisconnect
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
@@ -22,7 +23,6 @@ from desktop.api.auth import (
     ViewAccess,
     access_of,
     check_access,
-    share_token,
 )
 from desktop.models import AccessMode, ActionLog, RecordingInfo, ShareLink
 from desktop.protocol.errors import CubicleError, status_for
@@ -77,9 +77,9 @@ async def webrtc_offer(desktop_id: str, body: Offer, access: ViewAccess, live: L
     The offer needs a receive-only video section (H.264, packetization-mode 1) and may carry
     a data channel, which then takes the viewer's input and reports who controls.
     """
-    viewer, sdp = await live.get(desktop_id).add_webrtc_viewer(
-        body.sdp, can_control=access.mode == "control"
-    )
+    desktop = live.get(desktop_id)
+    viewer, sdp = await desktop.add_webrtc_viewer(body.sdp, can_control=access.mode == "control")
+    desktop.on_revoke(access.link_id, viewer.close)
     return Answer(sdp=sdp, viewer_id=viewer.id)
 
 
@@ -96,10 +96,37 @@ class _ClosingStream(StreamingResponse):
 @router.get("/{desktop_id}/mjpeg", response_class=StreamingResponse)
 async def mjpeg(desktop_id: str, access: ViewAccess, live: LiveDep) -> StreamingResponse:
     """The fallback view: the screen as MJPEG (`multipart/x-mixed-replace`), for an `<img>`."""
-    feed = live.get(desktop_id).jpeg
+    desktop = live.get(desktop_id)
+    revoked = asyncio.Event()
+    desktop.on_revoke(access.link_id, revoked.set)
     return _ClosingStream(
-        feed.watch(), media_type=MEDIA_TYPE, headers={"Cache-Control": "no-store"}
+        _until(revoked, desktop.jpeg.watch()),
+        media_type=MEDIA_TYPE,
+        headers={"Cache-Control": "no-store"},
     )
+
+
+async def _until(stop: asyncio.Event, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`frames` until `stop` is set (a revoked share link ends its stream at once)."""
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(frames))
+            await asyncio.wait({following, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if stopping.done():
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await following
+                return
+            try:
+                yield following.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        stopping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stopping
+        await frames.aclose()  # type: ignore[attr-defined]
 
 
 class _SocketOut:
@@ -135,7 +162,7 @@ async def input_socket(websocket: WebSocket, desktop_id: str) -> None:
     """
     await websocket.accept()
     try:
-        access = access_of(websocket)
+        access = access_of(websocket, desktop_id)
         check_access(access, desktop_id, "view")
         live = services_of(websocket).get(LiveDesktops).get(desktop_id)
     except CubicleError as exc:
@@ -144,6 +171,7 @@ async def input_socket(websocket: WebSocket, desktop_id: str) -> None:
     out = _SocketOut()
     viewer = Viewer(out, "mjpeg", can_control=access.mode == "control")
     writer = asyncio.create_task(out.run(websocket), name=f"ws-{viewer.id}")
+    live.on_revoke(access.link_id, out.close)
     live.control.join(viewer)
     try:
         while True:
@@ -227,15 +255,38 @@ async def share(
     live: LiveDep,
     body: ShareRequest | None = None,
 ) -> ShareLink:
-    """A link to this desktop's viewer that can watch (`view`) or also take control."""
+    """A link to this desktop's viewer that can watch (`view`) or also take control.
+
+    The answer is the only time the token is shown; the link's `id` lists and revokes it.
+    """
     live.get(desktop_id)
     body = body or ShareRequest()
-    expires = datetime.now(UTC) + timedelta(seconds=body.ttl_s)
-    token = share_token(services_of(request).token, desktop_id, body.mode, expires)
-    url = f"{str(request.base_url).rstrip('/')}/view/{desktop_id}?token={token}"
-    return ShareLink(
-        desktop_id=desktop_id, mode=body.mode, token=token, url=url, expires_at=expires
-    )
+    shares = services_of(request).shares
+    return shares.create(desktop_id, body.mode, body.ttl_s, _base_url(request))
+
+
+def _base_url(request: Request) -> str:
+    return str(request.base_url).rstrip("/")
+
+
+@router.get("/{desktop_id}/shares")
+async def list_shares(
+    desktop_id: str, request: Request, access: AdminAccess, live: LiveDep
+) -> list[ShareLink]:
+    """The desktop's share links that still work (ids, modes, expiry; not their tokens)."""
+    live.manager.get(desktop_id)
+    shares = services_of(request).shares
+    return [shares.describe(grant, _base_url(request)) for grant in shares.list(desktop_id)]
+
+
+@router.delete("/{desktop_id}/shares/{link_id}", status_code=204)
+async def revoke_share(
+    desktop_id: str, link_id: str, request: Request, access: AdminAccess
+) -> Response:
+    """Revoke a share link: later requests with it answer 401, and the viewers it opened
+    are hung up at once."""
+    services_of(request).shares.revoke(desktop_id, link_id)
+    return Response(status_code=204)
 
 
 class LiveRoom:

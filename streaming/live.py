@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from desktop.events import ActionsRan, DesktopEnded, DesktopEvent
+from desktop.events import ActionsRan, DesktopEnded, DesktopEvent, LinkRevoked
 from desktop.manager import SandboxManager
 from desktop.models import ActionLog, DesktopInfo, RecordingInfo
 from desktop.protocol import actions as a
@@ -70,8 +70,8 @@ class LiveDesktop:
         self._manager = manager
         self._recordings_dir = recordings / desktop_id
 
-        def guest():
-            return manager.guest(desktop_id)
+        def guest():  # watching is not using: a view-only watcher keeps nothing alive
+            return manager.guest(desktop_id, touch=False)
 
         self.hub = FrameHub(GuestFrames(guest), name=f"video-{desktop_id}")
         self.jpeg = JpegFeed(guest, name=f"mjpeg-{desktop_id}")
@@ -86,6 +86,19 @@ class LiveDesktop:
         self.marker = Marker()
         """Turns the actions that run here into the overlay's marks."""
         self._guest = guest
+        self._by_link: dict[str, list[Callable[[], object]]] = {}
+        """What to close when a share link is revoked: the viewers it opened."""
+
+    def on_revoke(self, link_id: str | None, close: Callable[[], object]) -> None:
+        """Call `close` (plain or a coroutine function) if share link `link_id` is revoked."""
+        if link_id is not None:
+            self._by_link.setdefault(link_id, []).append(close)
+
+    async def revoke(self, link_id: str) -> None:
+        """Hang up everything share link `link_id` opened."""
+        for close in self._by_link.pop(link_id, []):
+            if asyncio.iscoroutine(done := close()):
+                await done
 
     # --- viewers ---------------------------------------------------------------------------
 
@@ -236,7 +249,7 @@ class LiveDesktops:
 
     def get(self, desktop_id: str) -> LiveDesktop:
         """The live side of a ready desktop; raises if it is unknown, starting or gone."""
-        self.manager.guest(desktop_id)
+        self.manager.guest(desktop_id, touch=False)
         if desktop_id not in self._live:
             self._live[desktop_id] = LiveDesktop(desktop_id, self.manager, self.recordings)
         return self._live[desktop_id]
@@ -246,14 +259,19 @@ class LiveDesktops:
             case ActionsRan(desktop_id=desktop_id):
                 if (live := self._live.get(desktop_id)) is not None:
                     live.log_actions(event)
+            case LinkRevoked(desktop_id=desktop_id, link_id=link_id):
+                if (live := self._live.get(desktop_id)) is not None:
+                    self._own(live.revoke(link_id), f"revoke-{link_id}")
             case DesktopEnded(desktop_id=desktop_id, status=status):
                 if (live := self._live.pop(desktop_id, None)) is not None:
                     log.info("desktop %s is %s: closing its live view", desktop_id, status)
-                    closing = asyncio.get_running_loop().create_task(
-                        self._close(live), name=f"close-live-{desktop_id}"
-                    )
-                    self._closing.add(closing)
-                    closing.add_done_callback(self._closing.discard)
+                    self._own(self._close(live), f"close-live-{desktop_id}")
+
+    def _own(self, work, name: str) -> None:
+        """Run `work` as a task `stop()` waits for."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     @staticmethod
     async def _close(live: LiveDesktop) -> None:

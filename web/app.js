@@ -1,9 +1,7 @@
 // The desktop list: a screenshot of each desktop, refreshed about once a second.
-// The token comes from the URL the service printed (?token=...) and is kept for the tab.
-const { token, api } = cubicle;
+// Requests carry the page's cookie (see api.js): no URL holds the token.
+const { api } = cubicle;
 const statusLine = document.getElementById("status");
-document.getElementById("runs-link").href = `/web/runs.html?token=${encodeURIComponent(token)}`;
-document.getElementById("board-link").href = `/web/board.html?token=${encodeURIComponent(token)}`;
 
 const cards = new Map();
 
@@ -13,7 +11,7 @@ function card(info) {
     node = document.getElementById("card").content.firstElementChild.cloneNode(true);
     node.querySelector(".id").textContent = info.id;
     node.querySelector(".kill").onclick = () => api("DELETE", `/api/desktops/${info.id}`).then(refresh);
-    const viewer = `/view/${info.id}?token=${encodeURIComponent(token)}`;
+    const viewer = `/view/${info.id}`;
     node.querySelector(".watch").href = viewer;
     node.querySelector(".open").href = viewer;
     document.getElementById("desktops").append(node);
@@ -24,7 +22,7 @@ function card(info) {
   state.className = `state ${info.status}`;
   node.querySelector(".watch").hidden = info.status !== "ready";
   if (info.status === "ready") {
-    const shot = `/api/desktops/${info.id}/screenshot?format=jpeg&max_width=640&token=${encodeURIComponent(token)}`;
+    const shot = `/api/desktops/${info.id}/screenshot?format=jpeg&max_width=640`;
     const img = node.querySelector("img");
     const next = new Image();
     next.onload = () => { img.src = next.src; };

@@ -3,9 +3,9 @@
 "use strict";
 
 (() => {
-  const { api, withToken } = cubicle;
+  const { api } = cubicle;
   const $ = (id) => document.getElementById(id);
-  $("evals-link").href = withToken("/web/evals.html");
+  $("evals-link").href = "/web/evals.html";
 
   async function load() {
     const [suites, profiles] = await Promise.all([api("GET", "/api/evals/suites"), api("GET", "/api/board/profiles")]);
@@ -26,7 +26,7 @@
     try {
       const run = await api("POST", "/api/evals", body);
       const link = document.createElement("a");
-      link.href = withToken(`/web/evals.html?run=${run.id}`);
+      link.href = `/web/evals.html?run=${run.id}`;
       link.textContent = `report of ${run.name}`;
       $("suite-status").replaceChildren(`Run ${run.id} started: ${run.tasks} tasks × ${run.attempts}. `, link);
     } catch (error) {

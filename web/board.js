@@ -1,9 +1,9 @@
 // The task board: add tasks, watch them move Queued → Running → Done/Failed, live.
 // Columns load a page at a time (the queue may hold thousands); server-sent events keep
-// the cards current. The token comes from the URL the service printed and is kept per tab.
+// the cards current. Requests carry the page's cookie (see api.js): no URL holds the token.
 "use strict";
 
-const { token, api, withToken } = cubicle;
+const { api } = cubicle;
 const $ = (selector, root = document) => root.querySelector(selector);
 
 const COLUMNS = {
@@ -16,8 +16,6 @@ const PAGE = 50;
 const cards = new Map();   // task id → {node, task}
 const loaded = {};         // column → tasks shown
 
-$("#desktops-link").href = withToken("/");
-$("#runs-link").href = withToken("/web/runs.html");
 
 function say(text) { $("#status").textContent = text; }
 
@@ -82,7 +80,7 @@ function render(task) {
   $(".live", node).hidden = !live;
   if (live && frame.dataset.desktop !== task.desktop_id) {
     frame.dataset.desktop = task.desktop_id;
-    frame.src = withToken(`/view/${task.desktop_id}?embed=1`);
+    frame.src = `/view/${task.desktop_id}?embed=1`;
   } else if (!live && frame.dataset.desktop) {
     frame.removeAttribute("src");
     delete frame.dataset.desktop;
@@ -91,7 +89,7 @@ function render(task) {
   const finished = columnOf(task.status) !== "queued" && !live;
   video.hidden = !(finished && task.recording_id && task.desktop_id);
   if (!video.hidden && !video.src) {
-    video.src = withToken(`/api/desktops/${task.desktop_id}/recordings/${task.recording_id}.mp4`);
+    video.src = `/api/desktops/${task.desktop_id}/recordings/${task.recording_id}.mp4`;
   }
   const timeline = $(".timeline-box", node);
   timeline.hidden = !task.run_id;
@@ -185,8 +183,8 @@ function addStep(step) {
     img.alt = `screen at step ${step.index}`;
     img.loading = "lazy";
     let tries = 0;
-    img.onerror = () => { if (tries++ < 5) setTimeout(() => { img.src = withToken(step.screenshot) + `&t=${tries}`; }, 400); };
-    img.src = withToken(step.screenshot);
+    img.onerror = () => { if (tries++ < 5) setTimeout(() => { img.src = `${step.screenshot}?t=${tries}`; }, 400); };
+    img.src = step.screenshot;
     item.append(img);
   }
   const text = document.createElement("span");
@@ -262,7 +260,7 @@ async function moveBy(id, delta) {
 
 function enlarge(task) {
   const box = $("#enlarged");
-  $("iframe", box).src = withToken(`/view/${task.desktop_id}?embed=1`);
+  $("iframe", box).src = `/view/${task.desktop_id}?embed=1`;
   box.hidden = false;
 }
 $("#shrink").onclick = () => { $("#enlarged").hidden = true; $("#enlarged iframe").removeAttribute("src"); };
@@ -322,7 +320,7 @@ for (const section of document.querySelectorAll(".column")) {
 }
 
 function listen() {
-  const events = new EventSource(withToken("/api/tasks/events"));
+  const events = new EventSource("/api/tasks/events");
   // Whatever changed before this (re)connection was not heard: load everything afresh.
   events.addEventListener("hello", () => {
     say("");

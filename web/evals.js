@@ -3,13 +3,13 @@
 // runs side by side (?a=…&b=…) with the tasks that flipped. A running run refreshes itself.
 "use strict";
 
-const { params, api, withToken } = cubicle;
+const { params, api } = cubicle;
 const $ = (id) => document.getElementById(id);
 const FINAL = ["passed", "failed", "error", "unsupported"];
 
-$("desktops-link").href = withToken("/");
-$("board-link").href = withToken("/web/board.html");
-$("evals-link").href = withToken("/web/evals.html");
+$("desktops-link").href = "/";
+$("board-link").href = "/web/board.html";
+$("evals-link").href = "/web/evals.html";
 
 const percent = (value) => (value === null || value === undefined ? "–" : `${(value * 100).toFixed(1)} %`);
 const say = (text) => { $("status").textContent = text; };
@@ -25,7 +25,7 @@ function cell(row, text, className) {
 function link(text, href) {
   const a = document.createElement("a");
   a.textContent = text;
-  a.href = withToken(href);
+  a.href = href;
   return a;
 }
 
@@ -59,7 +59,7 @@ async function showList() {
   });
   $("compare").onclick = () => {
     const [a, b] = [...picked];
-    location.href = withToken(`/web/evals.html?a=${a}&b=${b}`);
+    location.href = `/web/evals.html?a=${a}&b=${b}`;
   };
 }
 

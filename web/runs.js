@@ -3,15 +3,14 @@
 // recording plays its video beside the steps: choosing a step seeks the video to that step's
 // action, and the video, as it plays, marks the step it shows. Without a recording, Play
 // steps through the screenshots.
-const { params, token, api, withToken } = cubicle;
+const { params, api } = cubicle;
 const $ = (id) => document.getElementById(id);
 const video = $("video");
 let run = null;
 let current = 0;
 let playing = null;
 
-const shotUrl = (runId, index) =>
-  `/api/runs/${runId}/steps/${index}.png?token=${encodeURIComponent(token)}`;
+const shotUrl = (runId, index) => `/api/runs/${runId}/steps/${index}.png`;
 const seconds = (ms) => (ms / 1000).toFixed(2);
 
 function clock(ms) {
@@ -106,7 +105,7 @@ async function open(runId) {
   $("outcome").className = `status-${run.run.status}`;
   const { desktop_id: desktop, recording_id: recording } = run.run;
   video.hidden = !recording;
-  if (recording) video.src = withToken(`/api/desktops/${desktop}/recordings/${recording}.mp4`);
+  if (recording) video.src = `/api/desktops/${desktop}/recordings/${recording}.mp4`;
   else video.removeAttribute("src");
   $("timeline").replaceChildren(...run.steps.map(stepItem));
   show(0);
@@ -132,7 +131,6 @@ $("play").onclick = () => {
 };
 $("prev").onclick = () => { stop(); show(current - 1, { seek: true }); };
 $("next").onclick = () => { stop(); show(current + 1, { seek: true }); };
-$("desktops-link").href = `/?token=${encodeURIComponent(token)}`;
 window.onpopstate = () => params.get("run") && open(new URLSearchParams(location.search).get("run"));
 
 showList()

@@ -4,7 +4,7 @@
 "use strict";
 
 const desktopId = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop());
-const { params, token, isShareLink, api, withToken } = cubicle;
+const { params, isShareLink, api } = cubicle;
 const base = `/api/desktops/${encodeURIComponent(desktopId)}`;
 const $ = (id) => document.getElementById(id);
 const video = $("screen");
@@ -25,7 +25,6 @@ const view = {
 $("desktop-id").textContent = desktopId;
 // Inside another page (the task board's cards): the picture and the control buttons only.
 if (params.get("embed")) document.body.classList.add("embed");
-$("back").href = isShareLink ? "#" : `/?token=${encodeURIComponent(token)}`;
 if (isShareLink) $("back").hidden = true;
 
 function say(text) { $("status").textContent = text; }
@@ -87,9 +86,9 @@ async function startWebRTC() {
 
 function startMjpeg(why) {
   setTransport("MJPEG", why);
-  img.src = withToken(`${base}/mjpeg`);
+  img.src = `${base}/mjpeg`;
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const socket = new WebSocket(`${scheme}://${location.host}${withToken(`${base}/input`)}`);
+  const socket = new WebSocket(`${scheme}://${location.host}${base}/input`);
   view.socket = socket;
   socket.onmessage = (event) => onMessage(JSON.parse(event.data));
   socket.onclose = (event) => { if (event.code >= 4000 || event.code === 1001) say(event.reason || "the live view ended"); };
@@ -285,11 +284,11 @@ function showRecordings(recordings, running) {
       const seconds = (rec.duration_ms / 1000).toFixed(1);
       item.append(`${when} · ${seconds} s · `);
       const mp4 = Object.assign(document.createElement("a"), {
-        href: withToken(`${base}/recordings/${rec.id}.mp4`), textContent: "MP4", className: "download",
+        href: `${base}/recordings/${rec.id}.mp4`, textContent: "MP4", className: "download",
       });
       mp4.setAttribute("download", "");
       const log = Object.assign(document.createElement("a"), {
-        href: withToken(`${base}/recordings/${rec.id}/actions`), textContent: "actions", className: "actions",
+        href: `${base}/recordings/${rec.id}/actions`, textContent: "actions", className: "actions",
       });
       item.append(mp4, " · ", log);
     }

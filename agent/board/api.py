@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, get_args
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter, ValidationError
 
 from agent.board.board import Board
 from agent.board.models import (
-    MAX_BATCH,
+    SQLITE_MAX,
     BoardSettings,
     HandDone,
     NewTask,
@@ -31,10 +31,11 @@ from agent.board.models import (
     TaskStep,
 )
 from desktop.api.auth import require_token
-from desktop.protocol.errors import InvalidRequest, PayloadTooLarge
+from desktop.protocol.errors import InvalidRequest
 from desktop.services import services_of
 
-_BATCH_BYTES = 32 * 1024 * 1024
+BATCH_BYTES = 32 * 1024 * 1024
+"""Largest body of `POST /api/tasks/batch`."""
 """Largest body `POST /api/tasks/batch` reads."""
 _STATUSES = get_args(TaskStatus)
 _PROFILE_NAME = TypeAdapter(ProfileName)
@@ -54,6 +55,9 @@ BoardDep = Annotated[Board, Depends(get_board)]
 
 router = APIRouter(tags=["tasks"], dependencies=[Depends(require_token)])
 
+TaskIdPath = Annotated[int, Path(ge=1, le=SQLITE_MAX)]
+"""A task id in a URL: beyond SQLite's INTEGER it is a 422, not a 500."""
+
 
 def _statuses(status: str | None) -> list[TaskStatus]:
     if not status:
@@ -69,7 +73,7 @@ def _statuses(status: str | None) -> list[TaskStatus]:
 async def list_tasks(
     board: BoardDep,
     status: Annotated[str | None, Query(description="e.g. failed,cancelled")] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=SQLITE_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> TaskPage:
     """A page of tasks: queued ones in queue order, running ones oldest first, finished
@@ -95,12 +99,7 @@ _BATCH_BODY = {
 async def add_tasks(request: Request, board: BoardDep) -> dict[str, Any]:
     """Queue up to 10,000 tasks at once, in order: `{"tasks": [{"text": …}, …]}`.
     Answers how many were added (and the tasks themselves when there are at most 100)."""
-    size = int(request.headers.get("content-length") or 0)
-    if size > _BATCH_BYTES:
-        raise PayloadTooLarge(
-            f"the batch is {size} bytes; send at most {_BATCH_BYTES} (and {MAX_BATCH} tasks)"
-        )
-    try:
+    try:  # the body's size is capped before it is read (`AgentRoom.body_limits`)
         batch = NewTasks.model_validate_json(await request.body())
     except ValidationError as exc:
         raise RequestValidationError(exc.errors(include_url=False)) from None
@@ -139,61 +138,63 @@ async def task_events(board: BoardDep) -> StreamingResponse:
 
 
 @router.get("/api/tasks/{task_id}")
-async def get_task(task_id: int, board: BoardDep) -> Task:
+async def get_task(task_id: TaskIdPath, board: BoardDep) -> Task:
     return await board.get(task_id)
 
 
 @router.patch("/api/tasks/{task_id}")
-async def edit_task(task_id: int, edit: TaskEdit, board: BoardDep) -> Task:
+async def edit_task(task_id: TaskIdPath, edit: TaskEdit, board: BoardDep) -> Task:
     """Change a queued task's text, profile, start or caps."""
     return await board.edit(task_id, edit)
 
 
 @router.delete("/api/tasks/{task_id}", status_code=204)
-async def delete_task(task_id: int, board: BoardDep) -> Response:
+async def delete_task(task_id: TaskIdPath, board: BoardDep) -> Response:
     """Delete a queued or finished task (cancel a running one first)."""
     await board.delete(task_id)
     return Response(status_code=204)
 
 
 @router.get("/api/tasks/{task_id}/steps")
-async def task_steps(task_id: int, board: BoardDep) -> list[TaskStep]:
+async def task_steps(task_id: TaskIdPath, board: BoardDep) -> list[TaskStep]:
     """The steps of the task's current (or last) run, in order."""
     return await board.steps(task_id)
 
 
 @router.post("/api/tasks/{task_id}/move")
-async def move_task(task_id: int, where: TaskMove, board: BoardDep) -> Task:
+async def move_task(task_id: TaskIdPath, where: TaskMove, board: BoardDep) -> Task:
     """Reorder the queue: `{"before": id}`, `{"after": id}` or `{"to": "top"|"bottom"}`."""
     return await board.move(task_id, where)
 
 
 @router.post("/api/tasks/{task_id}/cancel")
-async def cancel_task(task_id: int, board: BoardDep) -> Task:
+async def cancel_task(task_id: TaskIdPath, board: BoardDep) -> Task:
     """Take a queued task off the queue, or stop a running one and release its desktop."""
     return await board.cancel(task_id)
 
 
 @router.post("/api/tasks/{task_id}/retry")
-async def retry_task(task_id: int, board: BoardDep) -> Task:
+async def retry_task(task_id: TaskIdPath, board: BoardDep) -> Task:
     """Queue a failed, cancelled or interrupted task again (a fresh run on a fresh desktop)."""
     return await board.retry(task_id)
 
 
 @router.post("/api/tasks/{task_id}/pause")
-async def pause_task(task_id: int, board: BoardDep) -> Task:
+async def pause_task(task_id: TaskIdPath, board: BoardDep) -> Task:
     """Stop the agent acting so a person can use the desktop; returns once it is idle."""
     return await board.pause(task_id)
 
 
 @router.post("/api/tasks/{task_id}/resume")
-async def resume_task(task_id: int, board: BoardDep) -> Task:
+async def resume_task(task_id: TaskIdPath, board: BoardDep) -> Task:
     """Let the agent go on; it looks at the screen afresh."""
     return await board.resume(task_id)
 
 
 @router.post("/api/tasks/{task_id}/done")
-async def mark_task_done(task_id: int, board: BoardDep, body: HandDone | None = None) -> Task:
+async def mark_task_done(
+    task_id: TaskIdPath, board: BoardDep, body: HandDone | None = None
+) -> Task:
     """End a running or paused task as done by hand, with an optional message."""
     return await board.mark_done(task_id, body.message if body else "")
 

@@ -29,6 +29,9 @@ Tag = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:#-]{0,
 """Marks a task as another room's (`eval:<run>:<task>:<attempt>`): the board runs it with
 that room's hooks (`agent.board.hooks`)."""
 MaxSteps = Annotated[int, Field(ge=1, le=999)]
+SQLITE_MAX = 2**63 - 1
+TaskId = Annotated[int, Field(ge=1, le=SQLITE_MAX)]
+"""A task's id: a SQLite INTEGER, so anything larger is a 422, never a database error."""
 MaxWall = Annotated[float, Field(gt=0, le=86_400)]
 Width = Annotated[int, Field(ge=320, le=7680)]
 Height = Annotated[int, Field(ge=240, le=4320)]
@@ -77,8 +80,8 @@ class TaskMove(_In):
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
 
-    before: int | None = None
-    after: int | None = None
+    before: TaskId | None = None
+    after: TaskId | None = None
     to: Literal["top", "bottom"] | None = None
 
     @model_validator(mode="after")

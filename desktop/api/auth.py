@@ -1,19 +1,20 @@
-"""Tokens: the service's admin token for every `/api` route, and scoped share tokens.
+"""Tokens: the service's admin token for every `/api` route, and scoped share links.
 
-A share token opens the live view of one desktop until it expires, either to watch
-(`view`) or to watch and take control (`control`). It is signed with the admin token
-(HMAC-SHA256), so it needs no storage and a new admin token revokes every link.
+A request proves who it is with `Authorization: Bearer <token>` (programs) or a cookie
+(the pages). Tokens never travel in API URLs: a page opened with `?token=` (the link the
+service prints, or a share link) gets the token back as an HttpOnly, SameSite=Strict
+cookie (`desktop.api.security`), and the page drops it from its address.
+
+A share token opens the live view of one desktop (`desktop.shares`), either to watch
+(`view`) or to watch and take control (`control`). A cookie-authenticated request that
+changes something must come from the service's own pages (its `Origin` is the service's).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import secrets
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -23,8 +24,12 @@ from starlette.requests import HTTPConnection
 from desktop.models import AccessMode
 from desktop.protocol.errors import AuthError, Forbidden
 from desktop.services import services_of
+from desktop.shares import PREFIX as SHARE_PREFIX
 
-_SHARE_PREFIX = "share1"
+ADMIN_COOKIE = "cubicle_admin"
+SHARE_COOKIE = "cubicle_share_"
+"""A share token's cookie is named after its desktop: `cubicle_share_<desktop id>`."""
+_SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 def load_or_create_token(data_dir: Path, configured: str | None) -> str:
@@ -50,54 +55,54 @@ class Access:
     mode: AccessMode
     expires_at: datetime | None = None
     """When a share token stops working; None for the admin token."""
+    link_id: str | None = None
+    """The share link the request came with, if any."""
 
     @property
     def admin(self) -> bool:
         return self.desktop_id is None
 
 
-def _signature(secret: str, message: str) -> str:
-    digest = hmac.new(secret.encode(), message.encode(), hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest[:18]).decode()
-
-
-def share_token(secret: str, desktop_id: str, mode: AccessMode, expires_at: datetime) -> str:
-    """A token that opens one desktop's live view in `mode` until `expires_at`."""
-    message = f"{_SHARE_PREFIX}.{desktop_id}.{mode}.{int(expires_at.timestamp())}"
-    return f"{message}.{_signature(secret, message)}"
-
-
-def _read_share(secret: str, token: str) -> Access:
-    parts = token.split(".")
-    if len(parts) != 5 or parts[2] not in ("view", "control") or not parts[3].isdigit():
-        raise AuthError("wrong token: use the one printed when the service started")
-    message = ".".join(parts[:4])
-    if not secrets.compare_digest(parts[4].encode(), _signature(secret, message).encode()):
-        raise AuthError("wrong token: this share link was not made by this service")
-    expires = int(parts[3])
-    if expires < time.time():
-        raise AuthError("this share link has expired: ask for a new one")
-    mode: AccessMode = "control" if parts[2] == "control" else "view"
-    return Access(parts[1], mode, datetime.fromtimestamp(expires, UTC))
-
-
-def access_of(connection: HTTPConnection) -> Access:
-    """Read `Authorization: Bearer <token>`, or `?token=` for links opened in a browser."""
-    expected = services_of(connection).token
-    header = connection.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        given = connection.query_params.get("token", "")
-    if not given:
-        raise AuthError("missing token: send `Authorization: Bearer <token>` (printed at start)")
-    if given.startswith(_SHARE_PREFIX + "."):
-        return _read_share(expected, given)
-    if not secrets.compare_digest(given.encode(), expected.encode()):
+def read_token(connection: HTTPConnection, token: str) -> Access:
+    """What `token` allows on this service; `AuthError` if it allows nothing."""
+    services = services_of(connection)
+    if token.startswith(SHARE_PREFIX + "."):
+        grant = services.shares.verify(token)
+        return Access(grant.desktop_id, grant.mode, grant.expires_at, grant.id)
+    if not secrets.compare_digest(token.encode(), services.token.encode()):
         raise AuthError("wrong token: use the one printed when the service started")
     return Access(None, "control")
 
 
-def admin_access(request: Request) -> Access:
+def _same_origin(connection: HTTPConnection) -> bool:
+    """Whether a browser request comes from the service's own pages."""
+    origin = connection.headers.get("origin")
+    if origin is None:
+        return connection.headers.get("sec-fetch-site") in (None, "same-origin")
+    scheme = "https" if connection.url.scheme in ("https", "wss") else "http"
+    return origin == f"{scheme}://{connection.headers.get('host', '')}"
+
+
+def access_of(connection: HTTPConnection, desktop_id: str | None = None) -> Access:
+    """Read `Authorization: Bearer <token>`, else the pages' cookies (the admin's, or the
+    share link's of `desktop_id`)."""
+    header = connection.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() == "bearer" and given:
+        return read_token(connection, given)
+    cookies = connection.cookies
+    given = cookies.get(ADMIN_COOKIE) or (desktop_id and cookies.get(SHARE_COOKIE + desktop_id))
+    if not given:
+        raise AuthError("missing token: send `Authorization: Bearer <token>` (printed at start)")
+    method = connection.scope.get("method", "GET")
+    if (method not in _SAFE_METHODS or connection.scope["type"] == "websocket") and not (
+        _same_origin(connection)
+    ):
+        raise Forbidden("a request with the service's cookie must come from its own pages")
+    return read_token(connection, given)
+
+
+def admin_access(request: HTTPConnection) -> Access:
     """The caller's access if it holds the service's token; else `AuthError` or `Forbidden`."""
     access = access_of(request)
     if not access.admin:
@@ -133,13 +138,13 @@ def check_access(access: Access, desktop_id: str, mode: AccessMode) -> None:
 
 
 async def require_view(desktop_id: str, request: Request) -> Access:
-    access = access_of(request)
+    access = access_of(request, desktop_id)
     check_access(access, desktop_id, "view")
     return access
 
 
 async def require_control(desktop_id: str, request: Request) -> Access:
-    access = access_of(request)
+    access = access_of(request, desktop_id)
     check_access(access, desktop_id, "control")
     return access
 

@@ -8,18 +8,19 @@ the manager's one door (`SandboxManager.run_actions`), like the viewers' and the
 from __future__ import annotations
 
 import contextlib
+from pathlib import PurePosixPath
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
 from starlette.background import BackgroundTask
 
-from desktop.api.deps import GuestDep, ManagerDep, SettingsDep
+from desktop.api.deps import GuestDep, ManagerDep
 from desktop.guest_client import GuestAnswer
 from desktop.models import CreateDesktop, DesktopInfo, SetTimeout, SnapshotInfo, TakeSnapshot
 from desktop.protocol import actions as a
-from desktop.protocol.errors import PayloadTooLarge
 from desktop.protocol.models import (
     A11yQuery,
     A11yTree,
@@ -188,7 +189,14 @@ async def read_file(
     if answer.headers.get("content-type") == "application/json":  # a directory's listing
         listing = _ENTRIES.validate_json(answer.content)  # checked, never passed on blind
         return Response(_ENTRIES.dump_json(listing), media_type="application/json")
-    return Response(answer.content, media_type="application/octet-stream")
+    # Bytes the desktop chose: a download, never a page of the service's origin.
+    name = quote(PurePosixPath(params.path).name or "file")
+    headers = {
+        "content-disposition": f"attachment; filename*=UTF-8''{name}",
+        "x-content-type-options": "nosniff",
+        "cache-control": "no-store",
+    }
+    return Response(answer.content, media_type="application/octet-stream", headers=headers)
 
 
 _UPLOAD_BODY = {
@@ -205,26 +213,14 @@ async def write_file(
     desktop_id: str,
     guest: GuestDep,
     manager: ManagerDep,
-    settings: SettingsDep,
     params: Annotated[FilesQuery, Query()],
     request: Request,
 ) -> FileEntry:
     """Write the request body to a file (parents are created)."""
-    limit = settings.max_upload_bytes
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(
-            f"upload of {declared} bytes is over the {limit}-byte limit (CUBICLE_MAX_UPLOAD_MB)"
-        )
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise PayloadTooLarge(f"upload is over the {limit}-byte limit (CUBICLE_MAX_UPLOAD_MB)")
+    # `Guard` caps the body at CUBICLE_MAX_UPLOAD_MB, chunked or not (413).
+    data = await request.body()
     async with manager.lane(desktop_id, "files").slot():
-        answer = await guest.request(
-            "PUT", "/files", params=params.model_dump(), content=bytes(data)
-        )
+        answer = await guest.request("PUT", "/files", params=params.model_dump(), content=data)
     return answer.model(FileEntry)
 
 

@@ -38,7 +38,9 @@ def response_for(exc: Exception) -> Response:
         detail = e.describe_validation(list(exc.errors()))
         return _answer(e.ErrorBody(error="invalid_request", detail=detail), 422)
     if isinstance(exc, StarletteHTTPException):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        code = {404: "not_found", 405: "method_not_allowed", 413: e.PayloadTooLarge.code}.get(
+            exc.status_code, "http_error"
+        )
         body = e.ErrorBody(error=code, detail=str(exc.detail))
         return _answer(body, exc.status_code, getattr(exc, "headers", None))
     log.exception("unexpected error", exc_info=exc)

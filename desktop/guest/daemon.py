@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import functools
 import logging
 import os
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cubicle.guest")
 
+_PR_SET_DUMPABLE = 4
 _KEEP_ALIVE_S = 3600
 """Seconds an idle connection from the service stays open."""
 
@@ -58,16 +60,23 @@ class StatusPipe:
 
 @dataclass(frozen=True)
 class Listen:
-    """Where the daemon serves: a Unix socket path, or a TCP host and port."""
+    """Where the daemon serves: a Unix socket path, a TCP host and port, or a listening
+    socket its runtime made and passed in (the `local` runtime's way: then nothing inside
+    the sandbox can take the socket's place)."""
 
     uds: str | None = None
     host: str | None = None
     port: int | None = None
+    fd: int | None = None
 
     @classmethod
     def parse(cls, text: str) -> Listen:
-        """`unix:/run/cubicle/guest.sock` or `tcp:0.0.0.0:8300` (a bare path is a socket)."""
+        """`unix:/run/guest.sock`, `tcp:0.0.0.0:8300` or `fd:3` (a bare path is a socket)."""
         kind, _, rest = text.partition(":")
+        if kind == "fd":
+            if not rest.isdigit():
+                raise argparse.ArgumentTypeError(f"{text!r}: use fd:NUMBER")
+            return cls(fd=int(rest))
         if kind == "tcp":
             host, _, port = rest.rpartition(":")
             if not host or not port.isdigit():
@@ -141,6 +150,7 @@ async def serve(args: argparse.Namespace) -> int:
                 secret=secret,
                 secret_file=Path(args.secret_file) if args.secret_file else None,
             ),
+            fd=listen.fd,
             uds=listen.uds,
             host=listen.host or "127.0.0.1",
             port=listen.port or 0,
@@ -187,13 +197,21 @@ async def serve(args: argparse.Namespace) -> int:
     return 1 if guest.failure else 0
 
 
+def _undumpable() -> None:
+    """Keep the desktop's programs (same user) from tracing this daemon or reading its
+    memory and descriptors through /proc: it holds the host's socket and status pipe."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_DUMPABLE, 0) failed: errno %d", ctypes.get_errno())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m desktop.guest")
     parser.add_argument(
         "--listen",
         type=Listen.parse,
         required=True,
-        help="where to serve: unix:PATH or tcp:HOST:PORT",
+        help="where to serve: unix:PATH, tcp:HOST:PORT, or fd:N (a listening socket)",
     )
     parser.add_argument(
         "--secret-file", help="a file holding the bearer token every request must carry"
@@ -206,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="guest %(levelname)s %(message)s")
+    _undumpable()
+    if args.listen.fd is not None:
+        os.set_inheritable(args.listen.fd, False)  # the desktop's programs must not get it
     # Plain asyncio, not uvloop: uvloop's subprocesses inherit the daemon's descriptors
     # (the status pipe, the log), which a command in the desktop must never hold.
     return asyncio.run(serve(args))

@@ -16,9 +16,19 @@ RuntimeFactory = Callable[[Settings], Runtime]
 
 
 def _local(settings: Settings) -> Runtime:
-    from desktop.runtime.local import LocalRuntime
+    from desktop.runtime.local import Hardening, LocalRuntime
+    from desktop.runtime.network import EgressRules
 
-    return LocalRuntime(settings.data_dir, max_sandboxes=settings.max_desktops)
+    hardening = Hardening(
+        unsafe_no_limits=settings.unsafe_no_limits,
+        off=settings.unsafe_no_hardening,
+        total_memory_mb=settings.desktops_memory_mb(),
+        total_pids=settings.total_pids,
+        cpu_cap=settings.cpu_cores is not None,
+        spare_disk_mb=settings.disk_mb,
+        egress=EgressRules(settings.egress_allow, settings.egress_deny),
+    )
+    return LocalRuntime(settings.data_dir, max_sandboxes=settings.max_desktops, hardening=hardening)
 
 
 def _ray(settings: Settings) -> Runtime:

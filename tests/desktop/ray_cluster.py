@@ -95,9 +95,12 @@ def local_cluster(workers: int = 2, desktops_each: int = 2) -> Iterator[LocalClu
 
 
 def _clear(data_dir: Path) -> None:
-    """Remove a node's data directory, with the cgroups of desktops a dead node left."""
-    from desktop.runtime.cgroups import CONTROLLERS, PARENT, ROOT, Cgroup
+    """Remove a node's data directory, with the cgroups and disks of desktops a dead node
+    left."""
+    from desktop.runtime import cgroups, disk
 
     for desktop in (data_dir / "desktops").glob("*"):
-        Cgroup(tuple(ROOT / c / PARENT / desktop.name for c in CONTROLLERS)).kill_all()
+        if (found := cgroups.find(desktop.name)) is not None:
+            found.kill_all()
+    disk.sweep(data_dir / "desktops")
     shutil.rmtree(data_dir, ignore_errors=True)

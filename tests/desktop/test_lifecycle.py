@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from desktop.runtime import cgroups
 from tests.conftest import create_desktop, start_service, stop_service, wait_until
 
 
@@ -43,8 +44,8 @@ def _bwraps_of(data_dir) -> list[str]:
 
 def _sandbox_pids(desktop_id: str) -> list[int]:
     """Every host process of a desktop, from its pids cgroup."""
-    procs = Path("/sys/fs/cgroup/pids/cubicle", desktop_id, "cgroup.procs")
-    return [int(pid) for pid in procs.read_text().split()] if procs.exists() else []
+    cgroup = cgroups.find(desktop_id)
+    return cgroup.pids() if cgroup else []
 
 
 def _running(pid: int) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from desktop.runtime import cgroups
 from tests.agent.board_api import FINISHED, say, set_board, use_fake_model, wait_status
 from tests.agent.fake_model import FakeModelServer
 from tests.conftest import Service, create_desktop, start_service, stop_service, wait_until
@@ -56,12 +57,16 @@ def _pool_drawn(api: httpx.Client, timeout_s: float = 120) -> dict:
 def _spare_ids(svc: Service, api: httpx.Client) -> list[str]:
     """Desktops of this service nobody was handed: sandbox directories not listed."""
     listed = {d["id"] for d in api.get("/api/desktops").json()}
-    return [p.name for p in (svc.data_dir / "desktops").iterdir() if p.name not in listed]
+    found = (svc.data_dir / "desktops").iterdir()  # `.spare-…`: a disk, not a desktop
+    return [p.name for p in found if p.name not in listed and not p.name.startswith(".")]
 
 
 def _pids(desktop_id: str) -> list[str]:
-    procs = Path("/sys/fs/cgroup/pids/cubicle", desktop_id, "cgroup.procs")
-    return procs.read_text().split() if procs.exists() else []
+    cgroup = cgroups.find(desktop_id)
+    try:
+        return [str(pid) for pid in cgroup.pids()] if cgroup else []
+    except FileNotFoundError:
+        return []
 
 
 def _nice_values(desktop_id: str) -> set[int]:

@@ -14,7 +14,7 @@ from tests.streaming.h264 import Decoder, nal_types
 
 @pytest.fixture
 async def guest(service, desktop) -> AsyncIterator[httpx.AsyncClient]:
-    socket = service.data_dir / "desktops" / desktop["id"] / "run" / "guest.sock"
+    socket = service.data_dir / "desktops" / desktop["id"] / "guest.sock"
     transport = httpx.AsyncHTTPTransport(uds=str(socket))
     async with httpx.AsyncClient(transport=transport, base_url="http://guest", timeout=30) as c:
         yield c

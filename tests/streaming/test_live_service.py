@@ -233,6 +233,8 @@ def test_share_links_are_scoped_to_one_desktop_and_a_mode(service, api, desktop)
         # A controlling link may take control (here: of a viewer that is not connected).
         taken = controller.post(f"{base}/control", json={"viewer_id": "x", "take": True})
         assert taken.status_code == 404
-    forged = view["token"].replace(".view.", ".control.")
+    # The view link's secret under the controlling link's id opens nothing.
+    forged = view["token"].replace(f".{view['id']}.", f".{control['id']}.")
+    assert forged != view["token"]
     with as_(forged) as forger:
         assert forger.get(f"{base}/live").status_code == 401
