@@ -280,9 +280,8 @@ def test_a_dead_worker_fails_only_its_desktops_and_interrupts_its_board_task(
         survivors = on_node(state.desktops, survivor)
         killed_at = time.monotonic()
         cluster.kill_worker(doomed)
-        fake_model.release()  # the agent acts on the dead desktop
 
-        for victim in listed:
+        for victim in victims:
             failed = wait_until(
                 lambda victim=victim: (
                     (d := api.get(f"/api/desktops/{victim}").json())["status"] == "failed" and d
@@ -295,6 +294,9 @@ def test_a_dead_worker_fails_only_its_desktops_and_interrupts_its_board_task(
             gone = api.post(f"/api/desktops/{victim}/exec", json={"command": "true"})
             assert gone.status_code == 410 and "was lost" in gone.json()["detail"]
         assert time.monotonic() - killed_at < 20  # within seconds, not minutes
+        # Only now the agent acts: on a desktop the service knows is lost (released earlier,
+        # its action could still land while the dead node's processes wind down).
+        fake_model.release()
         for desktop_id in survivors:
             exec_ = api.post(f"/api/desktops/{desktop_id}/exec", json={"command": "echo alive"})
             assert exec_.status_code == 200 and exec_.json()["stdout"] == "alive\n"
