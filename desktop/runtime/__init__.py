@@ -39,12 +39,14 @@ def _ray(settings: Settings) -> Runtime:
 
 def _microvm(settings: Settings) -> Runtime:
     from desktop.runtime.microvm.runtime import MicroVmRuntime
+    from desktop.runtime.network import EgressRules
 
     return MicroVmRuntime(
         settings.data_dir,
         images_dir=settings.images_dir,
         max_sandboxes=settings.max_desktops,
         hang_s=settings.microvm_hang_s,
+        egress=EgressRules(settings.egress_allow, settings.egress_deny),
     )
 
 

@@ -33,6 +33,10 @@ class EgressRules:
         return json.dumps({"allow": list(self.allow), "deny": list(self.deny)})
 
 
+BUILT_IN = EgressRules()
+"""The built-in policy alone, without operator lists."""
+
+
 class UserNetwork:
     """slirp4netns for one sandbox, and the egress supervisor above it."""
 

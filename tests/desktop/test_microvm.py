@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import create_desktop, wait_until
+from tests.conftest import create_desktop, start_service, stop_service, wait_until
 
 BOTH_RUNTIMES = False
 
@@ -192,7 +192,6 @@ def test_killing_qemu_fails_the_desktop_with_the_reason_and_leaks_nothing(api, s
 
 def test_a_hung_vm_fails_the_desktop_and_the_service_goes_on(images_dir):
     """A VM that answers no ping (SIGSTOP freezes all of QEMU) is failed and killed."""
-    from tests.conftest import start_service, stop_service
 
     service = start_service(
         CUBICLE_MAX_UPLOAD_MB="1",  # the session's desktop shape: its template exists
@@ -220,9 +219,10 @@ def test_a_hung_vm_fails_the_desktop_and_the_service_goes_on(images_dir):
         stop_service(service)
 
 
-def test_network_reaches_out_but_not_the_hosts_loopback(api):
-    """`network: true` is a user-mode network (passt): the VM reaches the host's other
-    addresses as any outside machine would, never the host's loopback."""
+def test_network_reaches_nothing_of_the_host_unless_the_operator_allows_it(api, microvm_image):
+    """`network: true` is a user-mode network (passt) under the egress policy: a listener
+    on this host's own address and the host's loopback are refused (the attack of #11);
+    with that address on the operator's allow list (`CUBICLE_EGRESS_ALLOW`), it answers."""
     import http.server
     import socket
     import threading
@@ -233,20 +233,40 @@ def test_network_reaches_out_but_not_the_hosts_loopback(api):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect(("192.0.2.1", 9))  # no packet is sent: this picks the outward address
         host_address = probe.getsockname()[0]
-    connected = create_desktop(api, runtime="microvm", network=True)
+    fetch = (
+        'python3 -c "import sys, urllib.request; '
+        'print(urllib.request.urlopen(sys.argv[1], timeout=5).status)" {} 2>&1 || true'
+    )
+    allowing = start_service(
+        CUBICLE_MAX_UPLOAD_MB="1",  # the session's desktop shape: its template exists
+        CUBICLE_IMAGES_DIR=str(microvm_image),
+        CUBICLE_WARM_POOL="0",
+        CUBICLE_EGRESS_ALLOW=f"{host_address}/32",
+    )
     try:
-        links = run(api, connected["id"], "ls /sys/class/net; ip -4 -o addr show eth0")
-        assert "eth0" in links and "10.0.2.15/24" in links
-        fetch = (
-            'python3 -c "import sys, urllib.request; '
-            'print(urllib.request.urlopen(sys.argv[1], timeout=5).status)" {} 2>&1 || true'
-        )
-        outward = run(api, connected["id"], fetch.format(f"http://{host_address}:{port}/"))
-        assert outward.strip() == "200"
-        loopback = run(api, connected["id"], fetch.format(f"http://10.0.2.2:{port}/"))
-        assert "200" not in loopback and "Error" in loopback
+        connected = create_desktop(api, runtime="microvm", network=True)
+        try:
+            links = run(api, connected["id"], "ls /sys/class/net; ip -4 -o addr show eth0")
+            assert "eth0" in links and "10.0.2.15/24" in links
+            lan = run(api, connected["id"], fetch.format(f"http://{host_address}:{port}/"))
+            assert "200" not in lan and "Error" in lan, lan
+            loopback = run(api, connected["id"], fetch.format(f"http://10.0.2.2:{port}/"))
+            assert "200" not in loopback and "Error" in loopback, loopback
+            assert api.get(f"/api/desktops/{connected['id']}").json()["status"] == "ready"
+        finally:
+            api.delete(f"/api/desktops/{connected['id']}")
+
+        with allowing.client() as allowed_api:
+            allowed = create_desktop(allowed_api, runtime="microvm", network=True)
+            try:
+                lan = run(
+                    allowed_api, allowed["id"], fetch.format(f"http://{host_address}:{port}/")
+                )
+                assert lan.strip() == "200", lan
+            finally:
+                allowed_api.delete(f"/api/desktops/{allowed['id']}")
     finally:
-        api.delete(f"/api/desktops/{connected['id']}")
+        stop_service(allowing)
         server.shutdown()
 
 

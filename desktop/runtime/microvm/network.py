@@ -2,10 +2,10 @@
 
 The VM has a virtio-net device whose backend is an `Egress`: something that starts beside
 QEMU and hands it the `-netdev net` arguments. The one here is passt, a user-mode network
-stack in a process of its own (no privileges, no tap device): the guest reaches what the
-host's own processes reach, but not the host's loopback (`--no-map-gw`: the gateway
-address is not the host), like the local runtime's slirp4netns. A stricter egress policy
-(allow lists, a proxy) plugs in as another `Egress`.
+stack in a process of its own (no privileges, no tap device), under the same egress policy
+as the local runtime's slirp4netns (`desktop/runtime/egress.py`: every connection and
+datagram passt sends out is answered by the operator's lists; this host, its networks and
+cloud metadata are refused). The gateway address is not the host (`--no-map-gw`).
 
 The guest's side is fixed, so that templates and forks agree: 10.0.2.15/24, gateway
 10.0.2.2, DNS 10.0.2.3 (forwarded to the host's resolver).
@@ -14,13 +14,15 @@ The guest's side is fixed, so that templates and forks agree: 10.0.2.15/24, gate
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import os
 import shutil
 import socket
+import sys
 from pathlib import Path
 from typing import Protocol
 
 from desktop.protocol.errors import SandboxStartError
+from desktop.runtime.network import EGRESS_SCRIPT, EgressRules
 
 GUEST_ADDRESS = "10.0.2.15"
 GATEWAY = "10.0.2.2"
@@ -39,9 +41,11 @@ class Egress(Protocol):
 
 
 class PasstEgress:
-    """passt for this VM alone, joined to QEMU by a socket pair (no path to reach it)."""
+    """passt for this VM alone, joined to QEMU by a socket pair (no path to reach it),
+    under the egress supervisor with the operator's `rules`."""
 
-    def __init__(self) -> None:
+    def __init__(self, rules: EgressRules) -> None:
+        self._rules = rules
         self._process: asyncio.subprocess.Process | None = None
 
     async def start(self, directory: Path) -> tuple[tuple[str, ...], int]:
@@ -51,9 +55,10 @@ class PasstEgress:
                 "`CUBICLE_RUNTIME=microvm scripts/bootstrap.sh`"
             )
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        log_fd = os.open(directory / "egress.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             self._process = await asyncio.create_subprocess_exec(
-                "setpriv", "--pdeathsig", "KILL", "--",
+                sys.executable, "-I", str(EGRESS_SCRIPT), "--policy", self._rules.to_json(), "--",
                 "passt", "--foreground", "--quiet", "--one-off", "--ipv4-only",
                 "--fd", str(ours.fileno()),
                 "--address", GUEST_ADDRESS, "--netmask", "24", "--gateway", GATEWAY,
@@ -61,22 +66,27 @@ class PasstEgress:
                 "--tcp-ports", "none", "--udp-ports", "none",
                 pass_fds=(ours.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
             )  # fmt: skip
         except BaseException:
             theirs.close()
             raise
         finally:
             ours.close()
+            os.close(log_fd)
         fd = theirs.detach()
         return ("-netdev", f"stream,id=net,server=off,addr.type=fd,addr.str={fd}"), fd
 
     async def stop(self) -> None:
-        if self._process is not None and self._process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._process.kill()
-            await self._process.wait()
+        process, self._process = self._process, None
+        if process is not None and process.returncode is None:
+            process.terminate()  # the supervisor SIGKILLs passt, then returns
+            try:
+                await asyncio.wait_for(process.wait(), 3)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
 
 
 DETACHED = ("-netdev", "user,id=net,restrict=on")

@@ -8,7 +8,8 @@ snapshot by name, with its own copy-on-write disk and memory and a fresh identit
 Limits map onto the VM: `memory_mb` is its RAM, `cpu_cores` its vCPUs (rounded up; two
 when unset), `disk_mb` the size of its own disk (home and /tmp; the root filesystem is
 the shared read-only image). `network: false` gives the VM no network device at all;
-`network: true` a QEMU user-mode NIC (`egress` below decides what it may reach).
+`network: true` a user-mode NIC (passt) under the local runtime's egress policy: the
+internet, never this host, its networks or cloud metadata (`desktop.runtime.egress`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from desktop.runtime.microvm.image import Image, build_image
 from desktop.runtime.microvm.qemu import Accel, probe_accel
 from desktop.runtime.microvm.sandbox import MicroVm, make_template, restore, save_snapshot
 from desktop.runtime.microvm.snapshot import Shape, Snapshot
+from desktop.runtime.network import BUILT_IN, EgressRules
 
 log = logging.getLogger("cubicle.runtime.microvm")
 
@@ -75,6 +77,7 @@ class MicroVmRuntime(Runtime):
         images_dir: Path | None = None,
         max_sandboxes: int = 64,
         hang_s: float = 60.0,
+        egress: EgressRules = BUILT_IN,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         self.images_dir = images_dir or data_dir / "images"
@@ -85,6 +88,8 @@ class MicroVmRuntime(Runtime):
         self.max_sandboxes = max_sandboxes
         self.hang_s = hang_s
         """Seconds a VM may answer no ping before it counts as hung and is killed."""
+        self.egress = egress
+        """What a VM with a network may reach (`CUBICLE_EGRESS_ALLOW`/`_DENY` on top)."""
         self._progress = progress or (lambda line: log.info("%s", line))
         self._running = 0
         self._image: Image | None = None
@@ -155,7 +160,7 @@ class MicroVmRuntime(Runtime):
         )
         return await make_template(
                 image, shape, self.templates_dir, self.run_dir, self._accel,
-                timeout_s=TEMPLATE_TIMEOUT_S,
+                timeout_s=TEMPLATE_TIMEOUT_S, rules=self.egress,
             )  # fmt: skip
 
     def named_snapshot(self, name: str) -> Snapshot:
@@ -178,7 +183,9 @@ class MicroVmRuntime(Runtime):
                 source = await asyncio.to_thread(self.named_snapshot, spec.snapshot)
             else:
                 source = await self.template(self.shape(spec, image))
-            vm = await restore(source, image, spec.id, self.run_dir / spec.id, self._accel)
+            vm = await restore(
+                source, image, spec.id, self.run_dir / spec.id, self._accel, self.egress
+            )
         except BaseException:
             self._running -= 1
             raise

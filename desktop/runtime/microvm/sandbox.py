@@ -19,6 +19,7 @@ from desktop.runtime.microvm.image import Image
 from desktop.runtime.microvm.network import DETACHED, Egress, PasstEgress
 from desktop.runtime.microvm.qemu import Accel, Machine, Vm, _connect_unix
 from desktop.runtime.microvm.snapshot import Shape, Snapshot
+from desktop.runtime.network import BUILT_IN, EgressRules
 
 log = logging.getLogger("cubicle.runtime.microvm")
 
@@ -52,10 +53,12 @@ class MicroVm:
         shape: Shape,
         *,
         identity: Identity | None = None,
+        rules: EgressRules = BUILT_IN,
     ) -> MicroVm:
-        """Start QEMU and the channel's session; returns before the desktop is ready."""
+        """Start QEMU and the channel's session; returns before the desktop is ready. With a
+        network, what it may reach is the operator's `rules` (`desktop.runtime.egress`)."""
         identity = identity or Identity.fresh(desktop_id, time.time())
-        egress = PasstEgress() if machine.network else None
+        egress = PasstEgress(rules) if machine.network else None
         try:
             if egress is not None:
                 netdev, net_fd = await egress.start(directory)
@@ -161,7 +164,14 @@ async def wait_ready(sandbox: MicroVm, timeout_s: float) -> None:
 
 
 async def make_template(
-    image: Image, shape: Shape, root: Path, run_dir: Path, accel: Accel, *, timeout_s: float
+    image: Image,
+    shape: Shape,
+    root: Path,
+    run_dir: Path,
+    accel: Accel,
+    *,
+    timeout_s: float,
+    rules: EgressRules = BUILT_IN,
 ) -> Snapshot:
     """Cold-boot a VM of this shape until its desktop is drawn, and save it as a template."""
     final = root / shape.key()
@@ -184,7 +194,9 @@ async def make_template(
             directory=directory,
             accel=accel,
         )
-        sandbox = await MicroVm.launch(f"template-{shape.key()}", directory, machine, shape)
+        sandbox = await MicroVm.launch(
+            f"template-{shape.key()}", directory, machine, shape, rules=rules
+        )
         try:
             await wait_ready(sandbox, timeout_s)
         except TimeoutError:
@@ -211,7 +223,12 @@ async def make_template(
 
 
 async def restore(
-    snapshot: Snapshot, image: Image, desktop_id: str, directory: Path, accel: Accel
+    snapshot: Snapshot,
+    image: Image,
+    desktop_id: str,
+    directory: Path,
+    accel: Accel,
+    rules: EgressRules = BUILT_IN,
 ) -> MicroVm:
     """A new desktop from a snapshot: its own disk layer and memory, a fresh identity."""
     snapshot.check(image)
@@ -232,7 +249,7 @@ async def restore(
                 accel=accel,
                 incoming_fd=state_fd,
             )
-            return await MicroVm.launch(desktop_id, directory, machine, snapshot.shape)
+            return await MicroVm.launch(desktop_id, directory, machine, snapshot.shape, rules=rules)
         finally:
             os.close(state_fd)
     except BaseException:
