@@ -84,10 +84,17 @@ class UserNetwork:
     async def stop(self) -> None:
         """End slirp4netns and its supervisor; idempotent."""
         process, self._process = self._process, None
-        if process is not None and process.returncode is None:
-            process.terminate()  # the supervisor SIGKILLs slirp4netns, then returns
-            try:
-                await asyncio.wait_for(process.wait(), 3)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await stop_supervisor(process)
+
+
+async def stop_supervisor(process: asyncio.subprocess.Process | None) -> None:
+    """End an egress supervisor and the command under it (it SIGKILLs the command on
+    SIGTERM, then returns); SIGKILL it after 3 s."""
+    if process is None or process.returncode is not None:
+        return
+    process.terminate()
+    try:
+        await asyncio.wait_for(process.wait(), 3)
+    except TimeoutError:
+        process.kill()
+        await process.wait()

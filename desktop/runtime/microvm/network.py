@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from desktop.protocol.errors import SandboxStartError
-from desktop.runtime.network import EGRESS_SCRIPT, EgressRules
+from desktop.runtime.network import EGRESS_SCRIPT, EgressRules, stop_supervisor
 
 GUEST_ADDRESS = "10.0.2.15"
 GATEWAY = "10.0.2.2"
@@ -80,13 +80,7 @@ class PasstEgress:
 
     async def stop(self) -> None:
         process, self._process = self._process, None
-        if process is not None and process.returncode is None:
-            process.terminate()  # the supervisor SIGKILLs passt, then returns
-            try:
-                await asyncio.wait_for(process.wait(), 3)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await stop_supervisor(process)
 
 
 DETACHED = ("-netdev", "user,id=net,restrict=on")
