@@ -8,6 +8,8 @@ the manager's one door (`SandboxManager.run_actions`), like the viewers' and the
 from __future__ import annotations
 
 import contextlib
+import shutil
+from os import PathLike
 from pathlib import PurePosixPath
 from typing import Annotated
 from urllib.parse import quote
@@ -17,10 +19,11 @@ from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
 from starlette.background import BackgroundTask
 
-from desktop.api.deps import GuestDep, ManagerDep
+from desktop.api.deps import GuestDep, ManagerDep, SettingsDep
 from desktop.guest_client import GuestAnswer
 from desktop.models import CreateDesktop, DesktopInfo, SetTimeout, SnapshotInfo, TakeSnapshot
 from desktop.protocol import actions as a
+from desktop.protocol.errors import DiskFull
 from desktop.protocol.models import (
     A11yQuery,
     A11yTree,
@@ -208,17 +211,39 @@ _UPLOAD_BODY = {
 """The upload's body as the route reads it: raw bytes (up to CUBICLE_MAX_UPLOAD_MB)."""
 
 
+_DISKS_ON_THIS_HOST = ("local", "microvm")
+"""Runtimes whose desktop disks are sparse files in the service's data directory."""
+_HOST_MARGIN = 16 << 20
+
+
+def _check_host_room(data_dir: PathLike, size: int) -> None:
+    """A desktop's disk is a sparse file that grows into the host's disk as it fills: a
+    write inside that finds the host's disk full is lost at writeback, however much of
+    `disk_mb` is left. An upload that would leave the host's disk (nearly) full is
+    refused whole instead."""
+    free = shutil.disk_usage(data_dir).free
+    if free < size + _HOST_MARGIN:
+        raise DiskFull(
+            f"the host's disk under the service's data directory has {free >> 20} MiB free: "
+            f"{size} bytes would not fit safely in the desktop's disk (disk_mb is a cap, "
+            "not a reservation); free space on the host"
+        )
+
+
 @router.put("/{desktop_id}/files", openapi_extra=_UPLOAD_BODY)
 async def write_file(
     desktop_id: str,
     guest: GuestDep,
     manager: ManagerDep,
+    settings: SettingsDep,
     params: Annotated[FilesQuery, Query()],
     request: Request,
 ) -> FileEntry:
     """Write the request body to a file (parents are created)."""
     # `Guard` caps the body at CUBICLE_MAX_UPLOAD_MB, chunked or not (413).
     data = await request.body()
+    if manager.get(desktop_id).runtime in _DISKS_ON_THIS_HOST:
+        _check_host_room(settings.data_dir, len(data))
     async with manager.lane(desktop_id, "files").slot():
         answer = await guest.request("PUT", "/files", params=params.model_dump(), content=data)
     return answer.model(FileEntry)

@@ -177,13 +177,16 @@ def cached_image(images_dir: Path) -> Image | None:
 
 
 async def _run(step: str, argv: list[str], progress: Progress, **kwargs) -> None:
-    """Run one build step, passing its output on as progress lines."""
+    """Run one build step, passing its output on as progress lines. Steps run with umask
+    022: what they make is read inside the VM by its user, and the service's own umask
+    (077, `desktop.at_rest`) would make every file of the image root's alone."""
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            umask=0o022,
             **kwargs,
         )
     except FileNotFoundError as exc:
@@ -359,6 +362,7 @@ async def _build_guest(final: Path, progress: Progress) -> None:
     wheels, tree, work = scratch / "wheels", scratch / "tree", scratch / "layer"
     for path in (wheels, tree, work):
         path.mkdir(parents=True)
+    tree.chmod(0o755)  # the layer's root: /opt/cubicle in the VM, read by its user
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     try:
         progress("[guest 1/3] a wheel of this checkout")

@@ -159,7 +159,8 @@ async def wait_ready(sandbox: MicroVm, timeout_s: float) -> None:
             if event.get("event") == "ready":
                 return
             if event.get("event") == "failed":
-                raise SandboxStartError(event.get("reason", "the guest reported a failure"))
+                reason = event.get("reason", "the guest reported a failure")
+                raise SandboxStartError(f"{reason} ({sandbox.vm.console_tail()})")
     raise SandboxStartError(await sandbox.wait())
 
 
