@@ -75,8 +75,11 @@ def test_every_error_class_a_caller_can_meet_is_exported():
 
 def test_every_error_code_is_unique_and_round_trips():
     classes = errors.error_classes()
-    codes = [cls.code for cls in classes]
-    assert len(codes) == len(set(codes))
+    by_code: dict[str, list[str]] = {}
+    for cls in classes:
+        by_code.setdefault(cls.code, []).append(f"{cls.__module__}.{cls.__qualname__}")
+    shared = {code: names for code, names in by_code.items() if len(names) > 1}
+    assert not shared, f"error classes sharing a code: {shared}"
     for cls in classes:
         body = errors.ErrorBody.of(cls("message"))
         rebuilt = errors.ErrorBody.model_validate_json(body.model_dump_json()).to_error(418)

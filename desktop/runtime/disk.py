@@ -26,8 +26,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from desktop.protocol.errors import SandboxStartError
-
 log = logging.getLogger("cubicle.runtime.disk")
 
 SPARE_DELAY_S = 3.0
@@ -37,8 +35,9 @@ LAYOUT = ("home", "tmp", "var-tmp", "run")
 XDG runtime directory."""
 
 
-class DiskUnavailable(SandboxStartError):
-    """No way to give a desktop a size-capped disk here; the message says what is missing."""
+class DiskUnavailable(Exception):
+    """No way to give a desktop a size-capped disk here; the message says what is missing.
+    The runtime keeps it as one of its problems (creates then fail with `SandboxStartError`)."""
 
 
 def _run(*argv: str) -> str:

@@ -15,8 +15,6 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from desktop.protocol.errors import SandboxStartError
-
 NAMESPACE_FLAGS = {
     "CLONE_NEWNS": 0x00020000,
     "CLONE_NEWCGROUP": 0x02000000,
@@ -77,8 +75,9 @@ class Filter:
         return read
 
 
-class SeccompUnavailable(SandboxStartError):
-    """libseccomp's Python binding is missing."""
+class SeccompUnavailable(Exception):
+    """libseccomp's Python binding is missing. The runtime keeps it as one of its problems
+    (creates then fail with `SandboxStartError`)."""
 
 
 def build() -> Filter:

@@ -286,7 +286,7 @@ def _seal(work: Path, final: Path, manifest: dict) -> None:
     """Write the manifest, make the files read-only and move the layer into place."""
     (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     for path in work.iterdir():
-        path.chmod(0o444)
+        path.chmod(0o400)
     work.rename(final)
 
 

@@ -168,9 +168,10 @@ async def overlay(backing: Path, target: Path) -> None:
 
 
 def seal(directory: Path) -> None:
-    """Make a finished snapshot's files read-only (restores must never write to them)."""
+    """Make a finished snapshot's files read-only (restores must never write to them) and
+    the service's alone (its memory file holds whatever the desktop had in RAM)."""
     for path in directory.iterdir():
-        path.chmod(0o444)
+        path.chmod(0o400)
 
 
 @contextlib.asynccontextmanager
