@@ -24,6 +24,7 @@ import os
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, TypeAdapter
@@ -227,7 +228,8 @@ class AsyncDesktop:
         """Attach to a desktop that already runs."""
         api = _Api(base_url, token, timeout_s=120)
         try:
-            info = await api.model(DesktopInfo, "GET", f"/api/desktops/{desktop_id}")
+            path = f"/api/desktops/{quote(desktop_id, safe='')}"  # any text: a 404, not a bad URL
+            info = await api.model(DesktopInfo, "GET", path)
         except BaseException:
             await api.close()
             raise

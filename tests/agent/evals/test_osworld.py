@@ -108,6 +108,8 @@ def test_a_surface_is_opt_in_behind_the_token_and_closes_with_its_desktop(
 ):
     assert httpx.post(f"{service.url}/api/desktops/x/osworld").status_code == 401
     assert api.post("/api/desktops/no-such-desktop/osworld").status_code == 404
+    odd = api.post("/api/desktops/%3E%C3%9C%1E/osworld")  # found by Schemathesis: was a 500
+    assert odd.status_code == 404 and odd.json()["error"] == "desktop_not_found", odd.text
     desktop = create_desktop(api)
     assert all(s["desktop_id"] != desktop["id"] for s in api.get("/api/osworld").json())
     port = api.post(f"/api/desktops/{desktop['id']}/osworld").json()["port"]
