@@ -145,13 +145,13 @@ def test_bad_snapshot_requests_get_clear_answers(api, desktop, service):
     for name, damage in (("foreign", "image"), ("broken", "files")):
         copy = snapshots / name
         shutil.copytree(source, copy)
-        os.chmod(copy / "meta.json", 0o644)
+        os.chmod(copy / "meta.json", 0o600)
         if damage == "image":
             meta = json.loads((copy / "meta.json").read_text())
             meta["shape"]["image"] = "0123456789abcdef"
             (copy / "meta.json").write_text(json.dumps(meta))
         else:
-            os.chmod(copy / "state", 0o644)
+            os.chmod(copy / "state", 0o600)
             (copy / "state").unlink()
         answer = api.post("/api/desktops", json={"runtime": "microvm", "snapshot": name})
         assert answer.status_code == 409, answer.text
