@@ -136,7 +136,18 @@ def _install_sampler(page: Page, kind: Kind, marker: bool, timeout_s: float = 20
     """Start reading the marker; with `marker`, wait until the page sees it change."""
     page.evaluate(SAMPLER_JS, sampler_config(SELECTORS[kind]))
     if marker:
-        page.wait_for_function("window.__marker.changes >= 3", timeout=timeout_s * 1000)
+        _until(page, "window.__marker.changes >= 3", timeout_s)
+
+
+def _until(page: Page, expression: str, timeout_s: float) -> None:
+    """Poll `expression` in the page until it is true. (Playwright's `wait_for_function`
+    compiles its predicate with eval inside the page, which our pages' CSP refuses; an
+    evaluation from outside is not subject to it.)"""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the page never got to {expression!r} in {timeout_s:.0f} s")
+        time.sleep(0.05)
 
 
 def open_ours(
@@ -147,9 +158,7 @@ def open_ours(
     page = browser.new_context(viewport=VIEWPORT).new_page()
     try:
         page.goto(f"{service.url}/view/{desktop_id}?token={token}&transport=webrtc")
-        page.wait_for_function(
-            "document.getElementById('transport').textContent === 'WebRTC'", timeout=30_000
-        )
+        _until(page, "document.getElementById('transport').textContent === 'WebRTC'", 30)
         _install_sampler(page, "ours", marker)
     except BaseException:
         page.context.close()
@@ -163,9 +172,7 @@ def open_novnc(browser: Browser, stack: VncStack, *, marker: bool = True) -> Vie
     try:
         page.add_init_script(_COUNT_WEBSOCKET_BYTES)
         page.goto(stack.page_url)
-        page.wait_for_function(
-            f"document.querySelector('{SELECTORS['novnc']}')?.width === 1280", timeout=30_000
-        )
+        _until(page, f"document.querySelector('{SELECTORS['novnc']}')?.width === 1280", 30)
         _install_sampler(page, "novnc", marker)
     except BaseException:
         page.context.close()
