@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from desktop.guest import memory
 from desktop.guest import session as desktop_session
 
 if TYPE_CHECKING:
@@ -129,7 +128,6 @@ async def serve(args: argparse.Namespace) -> int:
             desktop_session.wait_until_drawn, session, args.ready_timeout, progress=status.stage
         ),
     )
-    memory.return_big_buffers()
     import uvicorn
 
     from desktop.guest.app import create_app

@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image
 from Xlib import display as xdisplay
 
-from desktop.guest import png
+from desktop.guest import memory, png
 from desktop.protocol.models import ImageFormat
 from streaming.capture import DamagedScreen
 from streaming.pointer import Pointer, blend, read_pointer
@@ -92,6 +92,8 @@ class ScreenCapture:
         self._last: Frame | None = None
         self._encoded: dict[tuple, Encoded] = {}
         """Encodings of `_last` made so far, by the request they answered."""
+        self._idle_trim = memory.IdleTrim(self._executor)
+        """Frees the heap the frames used once the screen has not been looked at a while."""
         self._closed = False
 
     # --- runs on the capture thread -------------------------------------------------------
@@ -187,7 +189,10 @@ class ScreenCapture:
 
     async def grab(self) -> Frame:
         """Capture the whole screen."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._grab_sync)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, self._grab_sync)
+        finally:
+            self._idle_trim.touch()
 
     async def screenshot(
         self,
@@ -203,7 +208,10 @@ class ScreenCapture:
         def work() -> Encoded:
             return self._screenshot_sync(fmt, quality, max_width, max_height, cursor)
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+        finally:
+            self._idle_trim.touch()
 
     def _changed_sync(self) -> bool:
         """Whether anything was drawn since the last look (the first look grabs)."""
@@ -254,6 +262,7 @@ class ScreenCapture:
         look of it.
         """
         loop = asyncio.get_running_loop()
+        self._idle_trim.touch()  # the looks below grab what was drawn
         quiet = quiet_ms / 1000
         idle = idle_ms / 1000 if idle_ms and idle_ms < quiet_ms and busy_cpu_s else None
         interval = min(0.01 if idle else 0.02, quiet / 5)
@@ -291,6 +300,7 @@ class ScreenCapture:
         if self._closed:
             return
         self._closed = True
+        self._idle_trim.close()
 
         def release() -> None:
             if self._screen is not None:
