@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +132,8 @@ class Disks:
         self._skeleton = skeleton
         self.as_root = os.geteuid() == 0
         self._templates: dict[int, Path] = {}
+        self._making = threading.Lock()
+        """Held while a template is made: two desktops starting at once make it once."""
         self._lock = asyncio.Lock()
         self._spares_in = spares_in
         self._spare_mb = spare_mb
@@ -154,10 +157,17 @@ class Disks:
 
     def _template(self, size_mb: int) -> Path:
         """The empty disk of `size_mb`, with the home skeleton in it (made once)."""
-        if (made := self._templates.get(size_mb)) is not None and made.exists():
+        with self._making:
+            if (made := self._templates.get(size_mb)) is not None and made.exists():
+                return made
+            made = self._make_template(size_mb)
+            self._templates[size_mb] = made
             return made
+
+    def _make_template(self, size_mb: int) -> Path:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        stage = self.root / f"stage-{os.getpid()}-{size_mb}"
+        mine = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # another service may share the root
+        stage = self.root / f"stage-{mine}-{size_mb}"
         shutil.rmtree(stage, ignore_errors=True)
         stage.mkdir(mode=0o700)
         shutil.copytree(self._skeleton, stage / "home", symlinks=True)
@@ -166,8 +176,7 @@ class Disks:
         (stage / "tmp").chmod(0o1777)
         (stage / "var-tmp").chmod(0o1777)
         image = self.root / f"template-{size_mb}.img"
-        partial = image.with_suffix(".partial")
-        partial.unlink(missing_ok=True)
+        partial = self.root / f".template-{size_mb}-{mine}.partial"
         with open(partial, "wb") as file:
             file.truncate(size_mb * 1024 * 1024)
         try:
@@ -177,10 +186,12 @@ class Disks:
                 "-L", "cubicle", "-d", str(stage),
                 str(partial),
             )  # fmt: skip
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
         finally:
             shutil.rmtree(stage, ignore_errors=True)
-        partial.rename(image)
-        self._templates[size_mb] = image
+        partial.rename(image)  # atomic: whoever renames last, the file is whole
         return image
 
     async def create(self, directory: Path, size_mb: int, owner: int | None) -> Disk:
