@@ -93,12 +93,18 @@ class RunStore:
 
     # --- writing --------------------------------------------------------------------------
 
+    def _make_dir(self, directory: Path) -> None:
+        """The run's directory, and `runs/` above it: owner-only whatever the caller's
+        umask (a run holds screenshots of the desktop; files are 0600 from mkstemp)."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, exist_ok=True)
+
     async def save_run(self, record: RunRecord) -> None:
         """Write (or rewrite) the run's `run.json`."""
         directory = self.run_dir(record.id)
 
         def write() -> None:
-            directory.mkdir(parents=True, exist_ok=True)
+            self._make_dir(directory)
             _write_atomic(directory / "run.json", record.model_dump_json(indent=2).encode())
 
         await asyncio.to_thread(write)
@@ -110,7 +116,7 @@ class RunStore:
         name = step_name(step.index)
 
         def write() -> None:
-            directory.mkdir(parents=True, exist_ok=True)
+            self._make_dir(directory)
             if screenshot is not None:
                 _write_atomic(
                     directory / f"{name}.png", _png(draw_points(screenshot, step.grounded))
