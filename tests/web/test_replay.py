@@ -71,7 +71,17 @@ def test_each_step_knows_its_offset_into_the_runs_recording(api, finished_run):
     # The offsets are the moments the actions reached the desktop, as its recording logged
     # them: each key press of the run is there within a few tens of milliseconds.
     base = f"/api/desktops/{task['desktop_id']}/recordings/{task['recording_id']}"
-    log = api.get(f"{base}/actions").json()
+    # The task is stored as finished before its recording is closed (its desktop is
+    # released after that): the log has its duration once the recording is finished.
+    log = wait_until(
+        lambda: (
+            (got := api.get(f"{base}/actions").json())["recording"]["duration_ms"] is not None
+            and got
+        ),
+        30,
+        0.2,
+        "the run's recording to be finished",
+    )
     presses = [e["offset_ms"] for e in log["actions"] if e["action"]["type"] == "key"]
     assert len(presses) == 2
     assert abs(presses[0] - offsets[1]) < 100 and abs(presses[1] - offsets[3]) < 100
