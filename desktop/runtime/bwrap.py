@@ -56,12 +56,19 @@ def sandbox_etc(data_dir: Path) -> dict[str, Path]:
     for path in (chromium.parent, chromium):
         path.chmod(0o755)  # the service's umask is 077; every desktop's user reads these
     host = Path("/etc/chromium.d")
-    for source in sorted(host.iterdir()) if host.is_dir() else []:
-        if source.is_file():
-            (chromium / source.name).write_bytes(source.read_bytes())
-    (chromium / "zz-cubicle").write_text(CHROMIUM_CONF)
-    for path in chromium.iterdir():
-        path.chmod(0o644)
+    files = {
+        source.name: source.read_bytes()
+        for source in (sorted(host.iterdir()) if host.is_dir() else [])
+        if source.is_file()
+    }
+    files["zz-cubicle"] = CHROMIUM_CONF.encode()
+    for name, content in files.items():
+        # Replaced whole: runtimes sharing the directory (a Ray node's desktop actors)
+        # rewrite it while their neighbours' browsers read it.
+        staged = chromium / f".{name}.{os.getpid()}"
+        staged.write_bytes(content)
+        staged.chmod(0o644)
+        os.replace(staged, chromium / name)
     return {"chromium.d": chromium}
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -84,8 +85,32 @@ def _mounted_under(directory: Path) -> list[Path]:
     return sorted(found, key=lambda p: -len(p.parts))
 
 
+def join(desktops: Path) -> int:
+    """Join the runtimes that keep desktops in `desktops` and return the lock that says so
+    (held while the runtime lives: close it when the runtime closes).
+
+    Several runtimes may share one directory: on a Ray node each desktop actor is a process
+    with a runtime of its own. The first to join, finding no other alive, unmounts what
+    runtimes that died left mounted; a later one leaves the mounts alone, since they are its
+    neighbours' desktops (lazily unmounting them made their sandboxes fail to start)."""
+    fd = os.open(desktops / ".runtimes.lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # another runtime is alive here: what is mounted is its own
+        else:
+            sweep(desktops)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def sweep(desktops: Path) -> None:
-    """Unmount what a runtime that died left mounted under `desktops` (lazily)."""
+    """Unmount everything mounted under `desktops` (lazily): for a directory no runtime
+    uses any more (`join` calls it when it finds no other)."""
     command = ["umount", "-l"] if os.geteuid() == 0 else ["fusermount3", "-u", "-z"]
     for point in _mounted_under(desktops):
         with contextlib.suppress(OSError):

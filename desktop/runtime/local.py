@@ -181,9 +181,12 @@ class LocalRuntime(Runtime):
             data_dir / "disks",
             HOME_SKELETON,
             spares_in=self.root,
-            spare_mb=None if self.hardening.off else self.hardening.spare_disk_mb,
+            # A runtime for one desktop (a Ray node's desktop actor) would never use a spare.
+            spare_mb=None
+            if self.hardening.off or max_sandboxes == 1
+            else self.hardening.spare_disk_mb,
         )
-        disk.sweep(self.root)
+        self._joined: int | None = disk.join(self.root)
         self._etc = bwrap.sandbox_etc(data_dir) if not self.hardening.off else {}
         self.problems: list[str] = []
         """What this host cannot enforce; creating a desktop fails with it (unless unsafe)."""
@@ -223,6 +226,9 @@ class LocalRuntime(Runtime):
 
     async def close(self) -> None:
         await self.disks.close()
+        joined, self._joined = self._joined, None
+        if joined is not None:
+            os.close(joined)
         if self.hierarchy is not None:
             await asyncio.to_thread(self.hierarchy.close)
 

@@ -87,6 +87,11 @@ class DesktopActor:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping: asyncio.Task[None] | None = None
 
+    def _make_runtime(self) -> Runtime:
+        """The node's runtime, for this actor's one desktop (so it keeps no spare disk); it
+        shares the node's data directory with the other actors' runtimes."""
+        return make_runtime(self.runtime_name, Settings(max_desktops=1))
+
     async def place(self) -> NodePlace:
         """Where Ray put the actor (answers once it is placed, its process runs and the
         node's runtime is loaded)."""
@@ -94,7 +99,7 @@ class DesktopActor:
         if not self._tasks:
             self._tasks.append(asyncio.create_task(self._watch_for_orphan(), name="orphan"))
         if self._runtime is None:
-            self._runtime = await asyncio.to_thread(make_runtime, self.runtime_name, Settings())
+            self._runtime = await asyncio.to_thread(self._make_runtime)
         return self.node
 
     async def start(self, spec: SandboxSpec) -> GuestEndpoint:
@@ -104,7 +109,7 @@ class DesktopActor:
         self.spec = spec
         self._last_seen = time.monotonic()
         if self._runtime is None:
-            self._runtime = await asyncio.to_thread(make_runtime, self.runtime_name, Settings())
+            self._runtime = await asyncio.to_thread(self._make_runtime)
         self._sandbox = await self._runtime.start(spec)
         self._door = TcpDoor(self._sandbox.endpoint, self.node.address)
         await self._door.start()

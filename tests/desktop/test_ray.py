@@ -357,6 +357,6 @@ def test_the_warm_pool_keeps_its_spare_on_a_worker(cluster, state):
     with state.service.client() as api:
         info = api.post("/api/desktops", json={}).json()
         state.desktops[info["id"]] = info
-        assert info["from_pool"] is True
+        assert info["from_pool"] is True, (api.get("/api/pool").json(), state.service.log_tail())
         assert info["node"]["id"] in workers
         assert api.get(f"/api/desktops/{info['id']}/cursor").status_code == 200
