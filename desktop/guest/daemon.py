@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import ctypes
 import functools
+import gc
 import logging
 import os
 import signal
@@ -172,6 +173,10 @@ async def serve(args: argparse.Namespace) -> int:
             await asyncio.sleep(0.005)
         screen = Screen(width=session.width, height=session.height)
         status.event(GuestEvent(event="ready", screen=screen))
+        # What start-up made (modules, the app, the session) lives as long as the daemon:
+        # kept out of the collector's full passes, which walked it all with the loop
+        # stopped (as the service's did: see `desktop.app`).
+        gc.freeze()
         while not serving.done():
             if dead := session.dead_process():
                 guest.failure = dead
