@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from desktop.events import ActionsRan, DesktopEnded, Events
 from desktop.guest_client import JSON, GuestClient
+from desktop.heap import HeapTrim
 from desktop.models import (
     ActionSource,
     CreateDesktop,
@@ -133,6 +134,8 @@ class SandboxManager:
         )
         """Desktops booted before anyone asked, handed out by `create` (not listed)."""
         self._reaper: asyncio.Task | None = None
+        self._heap = HeapTrim()
+        """Gives the heap a desktop's life left free back to the system once it ended."""
 
     # --- lifecycle of the manager -----------------------------------------------------------
 
@@ -163,6 +166,7 @@ class SandboxManager:
         )
         runtimes, self._runtimes = list(self._runtimes.values()), {}
         await asyncio.gather(*(runtime.close() for runtime in runtimes))
+        await self._heap.close()
 
     def runtime(self, name: str) -> Runtime:
         """The runtime called `name`, built on first use."""
@@ -380,6 +384,7 @@ class SandboxManager:
         if record.sandbox is not None:
             await record.sandbox.stop()
         self.events.emit(DesktopEnded(record.spec.id, status, reason))
+        self._heap.soon()
         ended = [k for k, d in self._desktops.items() if d.status in ("failed", "stopped")]
         for key in ended[:-KEEP_ENDED]:
             del self._desktops[key]
