@@ -92,11 +92,31 @@ def runtime(request: pytest.FixtureRequest) -> str:
     return name
 
 
+_DATA_DIRS: list[Path] = []
+"""Data directories `start_service` made, removed when the run ends."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_services_data() -> Iterator[None]:
+    """Remove the services' data directories once the run ends (set up first, so torn down
+    after every fixture that stops a service). A microVM service's holds its snapshots, GBs:
+    left behind, a few runs filled the host's disk."""
+    yield
+    from desktop.runtime import disk
+
+    for data_dir in _DATA_DIRS:
+        disk.sweep(data_dir / "desktops")
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def start_service(
     data_dir: Path | None = None, token: str | None = None, **env_overrides: str
 ) -> Service:
     """Start `cubicle serve` on a free port with its own data directory and token (or
     those given, to restart a service on its data)."""
+    if data_dir is None:
+        data_dir = Path(tempfile.mkdtemp(prefix="cubicle-test-"))
+        _DATA_DIRS.append(data_dir)
     env = {"CUBICLE_REAP_INTERVAL_S": "0.5", **env_overrides}
     return ServiceProcess.start(data_dir=data_dir, token=token, env=env)
 

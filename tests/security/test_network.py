@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,7 @@ def t_service(world, inside_t) -> Iterator[tuple[ServiceProcess, httpx.Client]]:
     finally:
         inside_t.call(client.close)
         service.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 class _Via:
