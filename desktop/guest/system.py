@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import errno
 import os
 import secrets
@@ -60,6 +61,19 @@ _NAME_MAX = 255
 """Bytes of one file name (a path's component) Linux file systems take."""
 _PRUNE_SESSIONS_AT = 64
 """Sessions of exec'd commands kept before those that ended are forgotten."""
+
+
+def _no_room(directory: Path, size: int) -> bool:
+    """Whether the file system holding `directory` lacks room for `size` more bytes.
+
+    A full disk does not always say ENOSPC: fuse2fs (the disk of a service that is not
+    root) answers EIO for the library errors it does not translate. A failed write on a
+    file system with no room left is a full disk whatever errno it came with."""
+    try:
+        found = os.statvfs(directory)
+    except OSError:
+        return False
+    return found.f_bavail * found.f_frsize < size + (1 << 20)
 
 
 class System:
@@ -265,8 +279,9 @@ class System:
             partial.write_bytes(data)
             partial.replace(target)
         except OSError as exc:
-            partial.unlink(missing_ok=True)
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            with contextlib.suppress(OSError):  # a full disk may refuse this too
+                partial.unlink(missing_ok=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) or _no_room(target.parent, len(data)):
                 raise DiskFull(
                     f"no room left for {len(data)} bytes at {str(target)!r}: free some space "
                     "in the desktop (or create it with a larger disk_mb)"

@@ -121,7 +121,7 @@ def test_a_full_disk_is_enospc_inside_and_bounded_on_the_host(service, api, vict
     upload = api.put(
         f"/api/desktops/{victim['id']}/files", params={"path": "~/up.bin"}, content=b"x" * 65536
     )
-    assert upload.status_code == 507 and upload.json()["error"] == "disk_full"
+    assert upload.status_code == 507 and upload.json()["error"] == "disk_full", upload.text
     # The host's disk grew by no more than the desktop's disk.
     grown = os.stat(image).st_blocks * 512 - before
     assert grown <= VICTIM["disk_mb"] * 1024 * 1024
