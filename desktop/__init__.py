@@ -72,7 +72,13 @@ if TYPE_CHECKING:
         Screen,
         WindowInfo,
     )
-    from desktop.sdk import AsyncDesktop, Desktop, list_desktops
+    from desktop.sdk import (
+        AsyncDesktop,
+        AsyncServiceClient,
+        Desktop,
+        ServiceClient,
+        list_desktops,
+    )
 
 _HOMES = {
     **dict.fromkeys(
@@ -138,7 +144,10 @@ _HOMES = {
         ),
         "desktop.protocol.models",
     ),
-    **dict.fromkeys(("AsyncDesktop", "Desktop", "list_desktops"), "desktop.sdk"),
+    **dict.fromkeys(
+        ("AsyncDesktop", "AsyncServiceClient", "Desktop", "ServiceClient", "list_desktops"),
+        "desktop.sdk",
+    ),
     **dict.fromkeys(("ActionLog", "DesktopInfo", "RecordingInfo", "ShareLink"), "desktop.models"),
 }
 """Each name's module, loaded on first use: a guest daemon starts its X server before it
@@ -159,6 +168,7 @@ __all__ = [
     "ActionLog",
     "ActionsResponse",
     "AsyncDesktop",
+    "AsyncServiceClient",
     "AuthError",
     "Busy",
     "CapacityReached",
@@ -197,6 +207,7 @@ __all__ = [
     "SandboxStartError",
     "Screen",
     "Scroll",
+    "ServiceClient",
     "ServiceUnreachable",
     "ShareLink",
     "Type",

@@ -59,7 +59,9 @@ _DESKTOPS = TypeAdapter(list[DesktopInfo])
 _RECORDINGS = TypeAdapter(list[RecordingInfo])
 
 
-def _connection(base_url: str | None, token: str | None) -> tuple[str, str]:
+def service_address(base_url: str | None, token: str | None) -> tuple[str, str]:
+    """The service's URL and token: those given, else `CUBICLE_URL`/`CUBICLE_TOKEN`, else
+    http://127.0.0.1:8000 and the token file of the default data directory."""
     base_url = base_url or os.environ.get("CUBICLE_URL") or "http://127.0.0.1:8000"
     token = token or os.environ.get("CUBICLE_TOKEN")
     if not token:
@@ -91,7 +93,7 @@ class _Api:
     """An authenticated HTTP client for the service: every answer, or a `CubicleError`."""
 
     def __init__(self, base_url: str | None, token: str | None, timeout_s: float) -> None:
-        self.url, token = _connection(base_url, token)
+        self.url, token = service_address(base_url, token)
         self.http = httpx.AsyncClient(
             base_url=self.url,
             headers={"Authorization": f"Bearer {token}"},
@@ -439,6 +441,38 @@ class AsyncDesktop:
 # --- the blocking twin ------------------------------------------------------------------------
 
 
+class AsyncServiceClient:
+    """The service's routes beyond one desktop's (the task board's, evaluations', OSWorld
+    surfaces…), with the SDK's authentication and errors: each answer is its JSON, each
+    failure a `CubicleError` (`ServiceUnreachable` when the service does not answer)."""
+
+    def __init__(
+        self, *, base_url: str | None = None, token: str | None = None, timeout_s: float = 120.0
+    ) -> None:
+        self._api = _Api(base_url, token, timeout_s)
+
+    @property
+    def url(self) -> str:
+        return self._api.url
+
+    async def request(
+        self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
+    ) -> Any:
+        """Send one call (`path` from the service's root, ids quoted); its JSON answer, or
+        None when the answer has no body."""
+        response = await self._api.call(method, path, json=json, params=params)
+        return response.json() if response.content else None
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def __aenter__(self) -> AsyncServiceClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
 class _LoopThread:
     """One event loop on a daemon thread, shared by every blocking client."""
 
@@ -554,6 +588,27 @@ class Desktop:
     recordings = _blocking(AsyncDesktop.recordings)
     recording_actions = _blocking(AsyncDesktop.recording_actions)
     recording_video = _blocking(AsyncDesktop.recording_video)
+
+
+class ServiceClient:
+    """`AsyncServiceClient` with blocking calls."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        """Takes `AsyncServiceClient`'s arguments."""
+        self._async = AsyncServiceClient(**kwargs)
+
+    @property
+    def url(self) -> str:
+        return self._async.url
+
+    def __enter__(self) -> ServiceClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    request = _blocking(AsyncServiceClient.request)
+    close = _blocking(AsyncServiceClient.close)
 
 
 async def list_desktops(

@@ -18,14 +18,13 @@ import asyncio
 import base64
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-import httpx
-
-from desktop import AuthError, CubicleError, InvalidRequest
+from desktop import AsyncServiceClient, InvalidRequest, ServiceUnreachable
+from desktop.sdk import service_address
 
 POLL_S = 1.0
 """Seconds between looks at the run."""
@@ -59,33 +58,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the service's runs")
     parser.add_argument("--url", help="the service (CUBICLE_URL, default http://127.0.0.1:8000)")
     parser.add_argument("--token", help="its token (CUBICLE_TOKEN, else the local token file)")
-
-
-def service_address(url: str | None, token: str | None) -> tuple[str, str]:
-    """The service's URL and token: given, else `CUBICLE_URL`/`CUBICLE_TOKEN`, else the
-    default address and the token file of the default data directory."""
-    from desktop.settings import Settings
-
-    url = (url or os.environ.get("CUBICLE_URL") or "http://127.0.0.1:8000").rstrip("/")
-    token = token or os.environ.get("CUBICLE_TOKEN")
-    if not token:
-        path = Settings().data_dir / "token"
-        if not path.is_file():
-            raise AuthError(
-                f"no token: pass --token, set CUBICLE_TOKEN, or start the service ({path})"
-            )
-        token = path.read_text().strip()
-    return url, token
-
-
-def _check(response: httpx.Response) -> Any:
-    if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        raise CubicleError(f"the service answered {response.status_code}: {detail}")
-    return response.json() if response.content else None
 
 
 def _profile(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -148,10 +120,10 @@ def score_line(summary: dict[str, Any]) -> str:
     return text + "".join(f"; {e}" for e in extras if e)
 
 
-async def _follow(http: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+async def _follow(service: AsyncServiceClient, run_id: str) -> dict[str, Any]:
     seen: set[tuple[str, int]] = set()
     while True:
-        report = _check(await http.get(f"/api/evals/{run_id}"))
+        report = await service.request("GET", f"/api/evals/{quote(run_id)}")
         total = len(report["items"])
         for item in report["items"]:
             key = (item["task_id"], item["attempt"])
@@ -171,18 +143,17 @@ async def _follow(http: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
 
 async def _main(args: argparse.Namespace) -> int:
     url, token = service_address(args.url, args.token)
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=300) as http:
+    async with AsyncServiceClient(base_url=url, token=token, timeout_s=300) as service:
         if args.list:
-            for run in _check(await http.get("/api/evals")):
+            for run in await service.request("GET", "/api/evals"):
                 print(f"{run['id']}  {run['status']:8} {run['tasks']:>4} tasks  {run['name']}")
             return 0
         if args.stop:
-            run = _check(await http.post(f"/api/evals/{args.stop}/stop"))
+            run = await service.request("POST", f"/api/evals/{quote(args.stop)}/stop")
             print(f"stopped {run['id']}: resume with `cubicle eval --resume {run['id']}`")
             return 0
         if args.resume:
-            run = _check(await http.post(f"/api/evals/{args.resume}/resume"))
+            run = await service.request("POST", f"/api/evals/{quote(args.resume)}/resume")
         else:
             if not args.suite:
                 raise InvalidRequest("name a suite (a folder or JSON file of tasks), or --list")
@@ -190,11 +161,12 @@ async def _main(args: argparse.Namespace) -> int:
             if (fields := _profile(args)) is not None:
                 digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
                 profile = f"eval-{digest[:10]}"
-                view = _check(await http.put(f"/api/board/profiles/{profile}", json=fields))
+                path = f"/api/board/profiles/{profile}"
+                view = await service.request("PUT", path, json=fields)
                 if not view["ready"]:
                     raise InvalidRequest(f"the model settings cannot run: {view['problem']}")
             body = await asyncio.to_thread(_request, args, profile)
-            run = _check(await http.post("/api/evals", json=body))
+            run = await service.request("POST", "/api/evals", json=body)
         link = f"{url}/web/evals.html?run={run['id']}&token={token}"
         print(
             f"run {run['id']}: {run['tasks']} tasks × {run['attempts']} attempts, "
@@ -204,9 +176,9 @@ async def _main(args: argparse.Namespace) -> int:
         if args.no_wait:
             return 0
         try:
-            report = await _follow(http, run["id"])
+            report = await _follow(service, run["id"])
         except asyncio.CancelledError:
-            await asyncio.shield(http.post(f"/api/evals/{run['id']}/stop"))
+            await asyncio.shield(service.request("POST", f"/api/evals/{run['id']}/stop"))
             print(f"stopped: resume with `cubicle eval --resume {run['id']}`", flush=True)
             raise
         print(f"score: {score_line(report['summary'])}")
@@ -221,7 +193,6 @@ def main(args: argparse.Namespace) -> int:
         return asyncio.run(_main(args))
     except KeyboardInterrupt:
         return 130
-    except httpx.TransportError as exc:
-        print(f"cubicle: the service does not answer ({exc}): start it with scripts/serve.sh",
-              file=sys.stderr)  # fmt: skip
+    except ServiceUnreachable as exc:
+        print(f"cubicle: {exc.message}", file=sys.stderr)
         return 1

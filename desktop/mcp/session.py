@@ -43,9 +43,9 @@ class Connection:
     def resolve(cls, base_url: str | None = None, token: str | None = None) -> Connection:
         """As the SDK finds the service: the arguments, else `CUBICLE_URL`/`CUBICLE_TOKEN`,
         else http://127.0.0.1:8000 and the token file of the default data directory."""
-        from desktop.sdk import _connection
+        from desktop.sdk import service_address
 
-        return cls(*_connection(base_url, token))
+        return cls(*service_address(base_url, token))
 
 
 @dataclass

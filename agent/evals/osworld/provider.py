@@ -22,6 +22,7 @@ docs/evals.md). `DesktopEnv` itself needs OSWorld's whole evaluator stack, torch
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import types
@@ -30,10 +31,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 from desktop_env.providers.base import Provider, VMManager
 
-from agent.evals.cli import service_address
+from desktop import DesktopNotFound, ServiceClient
 
 VM_PATH = "cubicle"
 """What `DesktopEnv` calls the machine: Cubicle has no image files."""
@@ -77,28 +77,20 @@ class CubicleProvider(Provider):
         network: bool = False,
     ) -> None:
         super().__init__(region)
-        url, secret = service_address(base_url, token)
-        self._http = httpx.Client(
-            base_url=url, headers={"Authorization": f"Bearer {secret}"}, timeout=120
-        )
+        self._service = ServiceClient(base_url=base_url, token=token)
         self.resolution = resolution
         self.network = network
         self.desktop_id: str | None = None
         self.port: int | None = None
-
-    def _check(self, response: httpx.Response) -> Any:
-        if response.status_code >= 400:
-            raise RuntimeError(f"Cubicle answered {response.status_code}: {response.text}")
-        return response.json() if response.content else None
 
     def start_emulator(self, path_to_vm: str, headless: bool, os_type: str = "Ubuntu") -> None:
         """A fresh desktop with its OSWorld surface open (nothing when one runs)."""
         if self.desktop_id is not None:
             return
         body = {"resolution": list(self.resolution), "network": self.network, "timeout_s": 3600}
-        info = self._check(self._http.post("/api/desktops", json=body))
+        info = self._service.request("POST", "/api/desktops", json=body)
         self.desktop_id = info["id"]
-        surface = self._check(self._http.post(f"/api/desktops/{self.desktop_id}/osworld"))
+        surface = self._service.request("POST", f"/api/desktops/{self.desktop_id}/osworld")
         self.port = surface["port"]
 
     def get_ip_address(self, path_to_vm: str) -> str:
@@ -119,9 +111,8 @@ class CubicleProvider(Provider):
         if self.desktop_id is None:
             return
         desktop_id, self.desktop_id, self.port = self.desktop_id, None, None
-        response = self._http.delete(f"/api/desktops/{desktop_id}")
-        if response.status_code not in (204, 404):
-            self._check(response)
+        with contextlib.suppress(DesktopNotFound):  # ended already (its idle timeout)
+            self._service.request("DELETE", f"/api/desktops/{desktop_id}")
 
 
 @contextmanager

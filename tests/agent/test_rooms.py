@@ -1,0 +1,43 @@
+"""The agent is a client of the service like any program: it reaches it through the SDK.
+
+Every call the agent's code makes to the service (the board's runner, `cubicle eval`, the
+OSWorld provider) goes through the SDK's one request path, whose failures are
+`CubicleError`s; a module of `agent/` that imported httpx itself would open a second door
+with foreign exceptions.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import agent
+
+AGENT = Path(agent.__file__).parent
+
+
+def _imported(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_no_agent_module_imports_httpx():
+    modules = sorted(AGENT.rglob("*.py"))
+    assert len(modules) > 30  # the whole package was read
+    reaching = [
+        str(path.relative_to(AGENT))
+        for path in modules
+        if any(name == "httpx" or name.startswith("httpx.") for name in _imported(path))
+    ]
+    assert reaching == []
+
+
+def test_the_check_sees_an_httpx_import(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("def f():\n    from httpx import AsyncClient\n")
+    assert "httpx" in _imported(sample)
