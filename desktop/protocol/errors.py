@@ -32,7 +32,8 @@
 Each class carries a stable `code` that travels in error bodies (`ErrorBody`:
 `{"error": code, "detail": message}`), so the guest, the control plane and the SDK raise
 the same class on each side of the wire. HTTP status codes live in one table, `STATUS`;
-`raise_for_status` turns an error answer back into its class.
+`raise_for_status` turns an error answer back into its class (a code this side does not
+know, into the branch of its status: `NotFound` for a 404).
 """
 
 from __future__ import annotations
@@ -187,10 +188,29 @@ def error_classes() -> list[type[CubicleError]]:
     return found
 
 
-def from_code(code: str, message: str) -> CubicleError:
-    """Rebuild the error a peer reported; unknown codes become a plain `CubicleError`."""
+_BRANCHES: dict[int, type[CubicleError]] = {
+    401: AuthError,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    422: InvalidRequest,
+    507: DiskFull,
+}
+"""The branch of an error whose code is unknown here, by its status (one branch each)."""
+
+
+def from_code(code: str, message: str, status: int | None = None) -> CubicleError:
+    """Rebuild the error a peer reported. A code this side does not know (a room of the
+    service adds its own: the board's `task_not_found`) becomes the branch its status
+    names (`NotFound` for 404…), else a plain `CubicleError`; it keeps the code it came
+    with."""
     by_code = {cls.code: cls for cls in error_classes()}
-    return by_code.get(code, CubicleError)(message)
+    if code in by_code:
+        return by_code[code](message)
+    error = _BRANCHES.get(status, CubicleError)(message) if status else CubicleError(message)
+    error.code = code
+    return error
 
 
 STATUS: dict[type[CubicleError], int] = {
@@ -236,7 +256,7 @@ class ErrorBody(BaseModel):
 
     def to_error(self, status: int | None = None) -> CubicleError:
         """The error this body describes, of its own class where the code is known."""
-        error = from_code(self.error, self.detail)
+        error = from_code(self.error, self.detail, status)
         error.status_code = status
         return error
 

@@ -10,11 +10,14 @@ from PIL import Image
 
 from desktop import (
     AsyncDesktop,
+    AuthError,
     Desktop,
     DesktopNotFound,
     Move,
+    NotFound,
     OffScreen,
     RecordingInfo,
+    ServiceClient,
     ServiceUnreachable,
     ShareLink,
     UnknownKey,
@@ -117,6 +120,17 @@ async def test_the_sdk_answers_in_its_own_types_and_errors(service):
         assert (await d.recording_video(started.id))[4:8] == b"ftyp"
         with pytest.raises(WindowNotFound, match="no window 12345"):
             await d.get_window_title(12345)
+
+
+def test_the_service_client_reaches_other_routes_with_the_same_errors(service):
+    with ServiceClient(base_url=service.url, token=service.token) as client:
+        page = client.request("GET", "/api/tasks", params={"limit": 5})
+        assert page["limit"] == 5 and len(page["items"]) <= min(5, page["total"])
+        with pytest.raises(NotFound) as missing:  # a code of the board's, unknown to the SDK
+            client.request("GET", "/api/tasks/999999")
+        assert missing.value.code == "task_not_found" and "no task 999999" in str(missing.value)
+    with ServiceClient(base_url=service.url, token="wrong") as client, pytest.raises(AuthError):
+        client.request("GET", "/api/tasks")
 
 
 async def test_an_unreachable_service_is_a_cubicle_error_that_says_what_to_do():
