@@ -65,10 +65,18 @@ class LiveState(BaseModel):
 class LiveDesktop:
     """The live side of one desktop."""
 
-    def __init__(self, desktop_id: str, manager: SandboxManager, recordings: Path) -> None:
+    def __init__(
+        self,
+        desktop_id: str,
+        manager: SandboxManager,
+        recordings: Path,
+        finishing: dict[str, Recorder],
+    ) -> None:
         self.id = desktop_id
         self._manager = manager
         self._recordings_dir = recordings / desktop_id
+        self._finishing = finishing
+        """The service's recordings being finished, by id (`LiveDesktops.finishing`)."""
 
         def guest():  # watching is not using: a view-only watcher keeps nothing alive
             return manager.guest(desktop_id, touch=False)
@@ -167,7 +175,16 @@ class LiveDesktop:
                 f"desktop {self.id} is not recording: start with POST .../recording/start"
             )
         self._manager.release(self.id, self)
-        return await recorder.stop()
+        return await self._finish(recorder)
+
+    async def _finish(self, recorder: Recorder) -> RecordingInfo:
+        """Finish a recording that no longer records; until its file and log are written,
+        its log is read from it (it is on no list of this desktop any more)."""
+        self._finishing[recorder.id] = recorder
+        try:
+            return await recorder.stop()
+        finally:
+            self._finishing.pop(recorder.id, None)
 
     # --- state -----------------------------------------------------------------------------
 
@@ -200,7 +217,7 @@ class LiveDesktop:
         """Hang up every viewer, finish the recording, stop reading; idempotent."""
         if self.recorder is not None:
             recorder, self.recorder = self.recorder, None
-            await recorder.stop()
+            await self._finish(recorder)
         self._manager.release(self.id, self)
         self._manager.release(self.id, self.control)
         await asyncio.gather(*(peer.close() for peer in list(self.peers.values())))
@@ -217,6 +234,9 @@ class LiveDesktops:
         self.recordings = Path()
         """Directory with one folder of recordings per desktop (set at start)."""
         self._live: dict[str, LiveDesktop] = {}
+        self.finishing: dict[str, Recorder] = {}
+        """Recordings stopped but not yet written out, by id: a desktop that ended is no
+        longer live, and its last recording's log is still read from the recorder."""
         self._closing: set[asyncio.Task[None]] = set()
         self._unsubscribe: Callable[[], None] | None = None
 
@@ -251,7 +271,9 @@ class LiveDesktops:
         """The live side of a ready desktop; raises if it is unknown, starting or gone."""
         self.manager.guest(desktop_id, touch=False)
         if desktop_id not in self._live:
-            self._live[desktop_id] = LiveDesktop(desktop_id, self.manager, self.recordings)
+            self._live[desktop_id] = LiveDesktop(
+                desktop_id, self.manager, self.recordings, self.finishing
+            )
         return self._live[desktop_id]
 
     def _on_event(self, event: DesktopEvent) -> None:
@@ -265,6 +287,8 @@ class LiveDesktops:
             case DesktopEnded(desktop_id=desktop_id, status=status):
                 if (live := self._live.pop(desktop_id, None)) is not None:
                     log.info("desktop %s is %s: closing its live view", desktop_id, status)
+                    if live.recorder is not None:  # readable from now, not once `close` runs
+                        self.finishing[live.recorder.id] = live.recorder
                     self._own(self._close(live), f"close-live-{desktop_id}")
 
     def _own(self, work, name: str) -> None:
@@ -292,6 +316,9 @@ class LiveDesktops:
         live = self._live.get(desktop_id)
         if live is not None and live.recorder is not None and live.recorder.id == recording_id:
             return live.recorder.action_log()
+        finishing = self.finishing.get(recording_id)
+        if finishing is not None and finishing.desktop_id == desktop_id:
+            return finishing.action_log()
         path = self._folder(desktop_id) / f"{recording_id}.json"
         if not recording_id.isalnum() or not path.is_file():
             raise self._unknown(desktop_id, recording_id)
@@ -300,6 +327,8 @@ class LiveDesktops:
     def recording_video(self, desktop_id: str, recording_id: str) -> Path:
         """The MP4 file of a finished recording."""
         entry = self.recording_log(desktop_id, recording_id).recording
+        if recording_id in self.finishing:
+            raise Conflict(f"recording {recording_id} is being written out: try again shortly")
         if entry.status == "recording":
             raise Conflict(f"recording {recording_id} is still running: stop it first")
         path = self._folder(desktop_id) / f"{recording_id}.mp4"
@@ -312,6 +341,9 @@ class LiveDesktops:
     def list_recordings(self, desktop_id: str) -> list[RecordingInfo]:
         folder = self._folder(desktop_id)
         found = {path.stem: read_log(path).recording for path in sorted(folder.glob("*.json"))}
+        for recorder in self.finishing.values():
+            if recorder.desktop_id == desktop_id:
+                found[recorder.id] = recorder.info()
         if (live := self._live.get(desktop_id)) is not None and live.recorder is not None:
             found[live.recorder.id] = live.recorder.info()
         if not found:

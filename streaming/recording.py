@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncIterable
@@ -227,10 +228,16 @@ class Recorder:
         def write() -> None:
             writer.write(frame, start_us - t0, end_us - start_us)
             if log_text is not None:
-                self.log_path.write_text(log_text)
+                self._save_log(log_text)
 
         await asyncio.to_thread(write)
         self._info.frames += 1
+
+    def _save_log(self, text: str) -> None:
+        """Replace the log on disk whole: a reader never sees half of one (blocking)."""
+        staged = self.log_path.with_name(f"{self.id}.json.part")
+        staged.write_text(text)
+        os.replace(staged, self.log_path)
 
     async def stop(self) -> RecordingInfo:
         """Finish the file and the log; idempotent (a second call waits for the first)."""
@@ -273,7 +280,7 @@ class Recorder:
             self._info.status = "failed"
             self._part.unlink(missing_ok=True)
         text = self.action_log().model_dump_json(indent=1)
-        await asyncio.to_thread(self.log_path.write_text, text)
+        await asyncio.to_thread(self._save_log, text)
         log.info("recording %s %s %s", self.id, self._info.status, self._info.reason or "")
         return self.info()
 

@@ -164,6 +164,29 @@ async def test_a_recording_is_the_desktops_video_with_its_actions_offsets(
     assert recording_id in [r["id"] for r in listed]
 
 
+async def test_a_recording_being_written_out_can_be_read_all_along(client, api):
+    """A desktop that ends while recording has its recording finished in the background;
+    its log answers all along (running, then finished), never 404 or a half-written file."""
+    desktop = create_desktop(api)
+    base = f"/api/desktops/{desktop['id']}"
+    started = await client.post(f"{base}/recording/start")
+    assert started.status_code == 200, started.text
+    recording_id = started.json()["id"]
+    await asyncio.sleep(1.0)
+    ending = asyncio.create_task(client.delete(base))
+    answers: list[httpx.Response] = []
+    async with asyncio.timeout(30):
+        while True:
+            answers.append(await client.get(f"{base}/recordings/{recording_id}/actions"))
+            answer = answers[-1]
+            if answer.status_code != 200 or answer.json()["recording"]["status"] != "recording":
+                break
+    assert (await ending).status_code == 204
+    assert [a.status_code for a in answers] == [200] * len(answers), answers[-1].text
+    assert {a.json()["recording"]["id"] for a in answers} == {recording_id}
+    assert answers[-1].json()["recording"]["status"] in ("finished", "failed")
+
+
 async def test_killing_a_desktop_hangs_up_its_viewers(client, api):
     desktop = create_desktop(api)
     start_ticking(api, desktop["id"])
