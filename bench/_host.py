@@ -8,7 +8,7 @@ sandboxed, which only favours this baseline.
 The HOME gets a copy of Cubicle's own XFCE settings (`images/home`), so both desktops look
 the same (flat backdrop, same panel) and screenshots of them are comparable. Xvfb gets `-br`
 (black root until xfdesktop paints) so that the drawn detector our guest uses,
-`desktop.guest.session.wait_until_drawn`, can tell painted from unpainted (no effect on
+`cubicle.guest.session.wait_until_drawn`, can tell painted from unpainted (no effect on
 timing), and `-noreset`, so that the server does not reset when the xdpyinfo poll
 disconnects while XFCE connects (a race that failed about one start in twenty here; this
 too only favours the baseline). Every process goes into a cgroup of its own when the host
@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from desktop.guest import session as guest_session
+from cubicle.guest import session as guest_session
 
 POLL_S = 0.5
 """How often a polling product checks readiness (E2B Desktop's interval), seconds."""

@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 
 from bench._run import progress
-from desktop.launcher import ServiceProcess
-from desktop.models import DesktopInfo
-from desktop.runtime import cgroups
+from cubicle.protocol.service import DesktopInfo
+from cubicle.server.launcher import ServiceProcess
+from cubicle.server.runtime import cgroups
 
 
 @dataclass

@@ -16,9 +16,9 @@ import time
 import uuid
 from pathlib import Path
 
-from desktop.runtime.base import SandboxSpec
-from desktop.runtime.local import LocalRuntime
-from desktop.settings import Settings
+from cubicle.server.runtime.base import SandboxSpec
+from cubicle.server.runtime.local import LocalRuntime
+from cubicle.server.settings import Settings
 
 _PAUSE_S = 0.5
 """Idle time after each stop, so one start's teardown does not slow the next."""

@@ -35,9 +35,9 @@ from mcp.client.streamable_http import streamable_http_client
 from bench._run import Options, progress
 from bench._service import Service, running_service
 from bench._stats import summarize
-from desktop import AsyncDesktop
-from desktop.protocol import actions as a
-from desktop.tools import AnthropicComputer, CubicleComputer, CubicleFunctions, OpenAIComputer
+from cubicle import AsyncDesktop
+from cubicle.protocol import actions as a
+from cubicle.tools import AnthropicComputer, CubicleComputer, CubicleFunctions, OpenAIComputer
 
 POINT = (640, 400)
 Call = Callable[[], Awaitable[Any]]
@@ -47,7 +47,7 @@ Call = Callable[[], Awaitable[Any]]
 async def _mcp(service: Service, transport: str) -> AsyncIterator[Client]:
     if transport == "stdio":
         env = {"CUBICLE_URL": service.url, "CUBICLE_TOKEN": service.token, "PATH": "/usr/bin:/bin"}
-        args = ["-m", "desktop.cli", "mcp"]
+        args = ["-m", "cubicle.cli", "mcp"]
         async with Client(StdioServerParameters(command=sys.executable, args=args, env=env)) as c:
             yield c
         return

@@ -1,7 +1,7 @@
 """`agent_step`: the agent's own cost per step, outside model time, with the a11y grounder.
 
 One real service (`cubicle serve` in a subprocess), one real 1280×800 desktop with
-mousepad open, and the real agent loop (`agent.loop.Agent`, recording every step to disk)
+mousepad open, and the real agent loop (`cubicle.agent.loop.Agent`, recording every step to disk)
 with a scripted planner on the OpenAI-compatible fake model server (`tests/agent/
 fake_model.py`), which answers at once, so what is measured is the agent: observe
 (screenshot + decode) + ground (matching in the a11y tree, whose read starts as soon as the
@@ -31,17 +31,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agent._model import ChatModel
-from agent.grounding.a11y import A11yGrounder
-from agent.loop import Agent
-from agent.planner import ChatPlanner
-from agent.settings import RunLimits
-from agent.steps import StepRecord
-from agent.store import RunStore
 from bench._run import Target, machine, progress
 from bench._service import Service, running_service
 from bench._stats import summarize
-from desktop.sdk import AsyncDesktop
+from cubicle.agent._model import ChatModel
+from cubicle.agent.grounding.a11y import A11yGrounder
+from cubicle.agent.loop import Agent
+from cubicle.agent.planner import ChatPlanner
+from cubicle.agent.settings import RunLimits
+from cubicle.agent.steps import StepRecord
+from cubicle.agent.store import RunStore
+from cubicle.client.sdk import AsyncDesktop
 from tests.agent.fake_model import FakeModelServer
 
 TARGET_P50_MS = 150.0

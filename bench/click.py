@@ -45,8 +45,8 @@ from bench._host import ReferenceSession, reference_session
 from bench._run import Options, Target, progress
 from bench._service import Service, running_service
 from bench._stats import Summary, ratio, summarize
-from desktop.guest.input import InputController
-from desktop.sdk import Desktop
+from cubicle.client.sdk import Desktop
+from cubicle.guest.input import InputController
 
 TARGET_P50_MS = 3.0
 TARGET_SPEEDUP = 5.0

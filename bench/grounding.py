@@ -47,15 +47,15 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from agent.grounding.a11y import A11yGrounder
-from agent.grounding.ocr import OcrGrounder
 from bench._run import machine, progress
 from bench._service import Service, running_service
 from bench._stats import summarize
-from desktop.guest.a11y import find, walk
-from desktop.protocol.errors import WindowNotFound
-from desktop.protocol.models import A11yNode, A11yTree
-from desktop.sdk import AsyncDesktop
+from cubicle.agent.grounding.a11y import A11yGrounder
+from cubicle.agent.grounding.ocr import OcrGrounder
+from cubicle.client.sdk import AsyncDesktop
+from cubicle.guest.a11y import find, walk
+from cubicle.protocol.errors import WindowNotFound
+from cubicle.protocol.models import A11yNode, A11yTree
 
 T = TypeVar("T")
 SCREEN = (1280, 800)

@@ -31,7 +31,7 @@ from pathlib import Path
 from bench._run import Options, Target, progress
 from bench._service import Service, desktop_cgroup_memory_bytes, running_service
 from bench._stats import Summary, summarize
-from desktop.runtime import cgroups
+from cubicle.server.runtime import cgroups
 
 MB = 1024 * 1024
 CREATE_TARGET = 1.05

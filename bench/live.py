@@ -125,7 +125,7 @@ def _cpu_groups(service: Service, desktop_id: str, vnc: VncStack) -> dict[str, A
 
 def _program(pid: int) -> str:
     line = cmdline(pid)
-    if "desktop.guest" in line:
+    if "cubicle.guest" in line:
         return "guest"
     if line.startswith("Xvfb"):
         return "xvfb"

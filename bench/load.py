@@ -14,7 +14,7 @@ service's `GET /healthz` (its event loop and nothing else) and `probe_guest_curs
 loop, skipping the service). The load average and the CPU seconds of the service process
 and of the desktops' processes are taken around each level.
 
-The clients are asyncio connections with httptools' parser (`desktop._http1`), in this
+The clients are asyncio connections with httptools' parser (`cubicle.server._http1`), in this
 process, so that the load generator costs little of the 2 cores it shares with the service.
 Only loopback is used.
 """
@@ -34,7 +34,7 @@ from bench import _inside
 from bench._run import Options, Target, progress
 from bench._service import Service, desktop_pids, running_service
 from bench._stats import percentile
-from desktop._http1 import Http1Error, Pool, Timeouts
+from cubicle.server._http1 import Http1Error, Pool, Timeouts
 
 DESKTOPS = 4
 LEVELS = (50, 200)

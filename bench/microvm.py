@@ -35,7 +35,7 @@ from pathlib import Path
 from bench._run import Options, Target, progress
 from bench._service import Service, running_service
 from bench._stats import Summary, summarize
-from desktop.runtime.microvm.image import build_image
+from cubicle.server.runtime.microvm.image import build_image
 
 IMAGES_DIR = Path(os.environ.get("CUBICLE_BENCH_IMAGES_DIR", "/var/tmp/cubicle-bench-images"))
 CREATE_TIMEOUT_S = 900

@@ -113,7 +113,7 @@ class _Reader(threading.Thread):
         self.error: str | None = None
 
     def run(self) -> None:
-        from streaming.frames import HEADER, unpack_header
+        from cubicle.protocol.frames import HEADER, unpack_header
 
         try:
             with self._client.stream("GET", "/frames", params={"fps": 30}) as response:
@@ -185,7 +185,7 @@ def _groups(service: Service, desktop_id: str) -> dict[str, Any]:
             found = []
             for pid in desktop_pids(desktop_id):
                 line = cmdline(pid)
-                kind = "guest" if "desktop.guest" in line else line.split(" ", 1)[0]
+                kind = "guest" if "cubicle.guest" in line else line.split(" ", 1)[0]
                 if kind == name:
                     found.append(pid)
             return found

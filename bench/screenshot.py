@@ -39,8 +39,8 @@ from bench._host import ReferenceSession, reference_session
 from bench._run import Options, Target, progress
 from bench._service import Service, running_service
 from bench._stats import Summary, ratio, summarize
-from desktop.guest.screen import ScreenCapture
-from desktop.protocol.models import ImageFormat
+from cubicle.guest.screen import ScreenCapture
+from cubicle.protocol.models import ImageFormat
 
 TARGET_JPEG_MS = 15.0
 TARGET_PNG_MS = 80.0

@@ -35,7 +35,7 @@ _SETTLE_S = 3.0
 """Seconds given to processes and cgroups to go once the last desktop was deleted."""
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _SANDBOX_UIDS = 200_000
-"""Host user ids of sandboxes start here (`desktop.runtime.local.HOST_UID_BASE`)."""
+"""Host user ids of sandboxes start here (`cubicle.server.runtime.local.HOST_UID_BASE`)."""
 
 
 @dataclass(frozen=True)

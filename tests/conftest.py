@@ -19,7 +19,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
-from desktop.launcher import ServiceProcess
+from cubicle.server.launcher import ServiceProcess
 from tests.agent.fake_model import FakeModelServer
 from tests.agent.fake_vendors import FakeVendorServer
 
@@ -75,7 +75,7 @@ def images_dir() -> Iterator[Path]:
 def microvm_image(images_dir: Path) -> Path:
     """The microVM image, built once for the run by `cubicle image build` (as users do)."""
     subprocess.run(
-        [sys.executable, "-m", "desktop.cli", "image", "build"],
+        [sys.executable, "-m", "cubicle.cli", "image", "build"],
         env={**os.environ, "CUBICLE_IMAGES_DIR": str(images_dir)},
         check=True,
         timeout=1200,
@@ -102,7 +102,7 @@ def _remove_services_data() -> Iterator[None]:
     after every fixture that stops a service). A microVM service's holds its snapshots, GBs:
     left behind, a few runs filled the host's disk."""
     yield
-    from desktop.runtime import disk
+    from cubicle.server.runtime import disk
 
     for data_dir in _DATA_DIRS:
         disk.sweep(data_dir / "desktops")

@@ -1,11 +1,11 @@
 """The names users import from `desktop` are pinned: changing them is a breaking change."""
 
-import desktop
-from desktop.protocol import errors
+import cubicle
+from cubicle.protocol import errors
 
 
 def test_public_names_are_pinned():
-    assert desktop.__all__ == [
+    assert cubicle.__all__ == [
         "A11yNode",
         "A11yTree",
         "A11yUnavailable",
@@ -64,14 +64,14 @@ def test_public_names_are_pinned():
         "WindowNotFound",
         "list_desktops",
     ]
-    for name in desktop.__all__:
-        assert getattr(desktop, name).__name__ in (name, "Annotated", "Union")
+    for name in cubicle.__all__:
+        assert getattr(cubicle, name).__name__ in (name, "Annotated", "Union")
 
 
 def test_every_error_class_a_caller_can_meet_is_exported():
-    exported = {getattr(desktop, name) for name in desktop.__all__}
+    exported = {getattr(cubicle, name) for name in cubicle.__all__}
     for cls in errors.error_classes():
-        if cls.__module__ == "desktop.protocol.errors":
+        if cls.__module__ == "cubicle.protocol.errors":
             assert cls in exported, cls.__name__
 
 

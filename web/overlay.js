@@ -1,6 +1,6 @@
 // The action overlay: what the agent or a person does on the desktop, drawn over the live
 // picture as it happens. The service sends one message per batch of actions
-// ({type: "overlay", source: "api" | "viewer", marks: [...]}, see streaming/overlay.py):
+// ({type: "overlay", source: "api" | "viewer", marks: [...]}, see cubicle/server/live/overlay.py):
 // a click is a ripple at its point, a drag its path, a scroll a chevron, typed text and keys
 // a caption. The agent's marks are magenta, a person's blue. The SVG has the screen's size
 // as its viewBox and the picture's letterboxing (xMidYMid meet = object-fit: contain), so

@@ -10,11 +10,11 @@ from typing import TypeVar
 
 import pytest
 
-from agent.grounding.a11y import A11yGrounder, match, parse_description
-from agent.grounding.base import GroundingResult
-from desktop.guest.a11y import find
-from desktop.protocol.models import A11yNode, A11yTree, WindowInfo
-from desktop.sdk import AsyncDesktop
+from cubicle.agent.grounding.a11y import A11yGrounder, match, parse_description
+from cubicle.agent.grounding.base import GroundingResult
+from cubicle.client.sdk import AsyncDesktop
+from cubicle.guest.a11y import find
+from cubicle.protocol.models import A11yNode, A11yTree, WindowInfo
 
 T = TypeVar("T")
 SCREEN = (1280, 800)

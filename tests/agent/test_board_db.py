@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from agent.board.db import MIGRATIONS, TaskDB
-from agent.board.models import NewTask, TaskMove
+from cubicle.protocol.board import NewTask, TaskMove
+from cubicle.server.board.db import MIGRATIONS, TaskDB
 
 
 def queue(db: TaskDB) -> list[str]:

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from agent.errors import ModelError
-from agent.grounding import VlmGrounder
-from agent.grounding.a11y import A11yGrounder
-from agent.grounding.chain import GrounderChain, build_grounders
-from agent.grounding.ocr import OcrGrounder
-from desktop.protocol.errors import InvalidRequest
-from desktop.sdk import AsyncDesktop
+from cubicle.agent.errors import ModelError
+from cubicle.agent.grounding import VlmGrounder
+from cubicle.agent.grounding.a11y import A11yGrounder
+from cubicle.agent.grounding.chain import GrounderChain, build_grounders
+from cubicle.agent.grounding.ocr import OcrGrounder
+from cubicle.client.sdk import AsyncDesktop
+from cubicle.protocol.errors import InvalidRequest
 from tests.agent.fake_model import FakeModelServer, Turn
 from tests.agent.test_a11y_grounder import SCREEN, inside, node, start_mousepad
 

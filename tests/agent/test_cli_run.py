@@ -38,7 +38,7 @@ def cubicle_run(
     service: Service, *args: str, timeout_s: float = 180
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "desktop.cli", "run", *args],
+        [sys.executable, "-m", "cubicle.cli", "run", *args],
         env=_env(service),
         capture_output=True,
         text=True,
@@ -132,7 +132,7 @@ def test_ctrl_c_cancels_the_run_at_once(
 ):
     fake_model.script([say("Start the editor.", type="launch", app="mousepad"), Turn.hang(60)])
     process = subprocess.Popen(
-        [sys.executable, "-m", "desktop.cli", "run", "think for a long time",
+        [sys.executable, "-m", "cubicle.cli", "run", "think for a long time",
          "--model-url", fake_model.url, "--model", "fake-model", "--grounder", "a11y"],
         env=_env(service), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.errors import GroundingError
-from agent.grounding.families import FAMILIES, get_family
-from desktop.protocol.errors import InvalidRequest
+from cubicle.agent.errors import GroundingError
+from cubicle.agent.grounding.families import FAMILIES, get_family
+from cubicle.protocol.errors import InvalidRequest
 
 SMALL = (1280, 800)
 BIG = (1920, 1080)

@@ -14,17 +14,17 @@ import httpx
 import pytest
 from PIL import Image
 
-from agent import actions as p
-from agent._model import ChatModel
-from agent.grounding.a11y import A11yGrounder
-from agent.loop import Agent
-from agent.planner import ChatPlanner
-from agent.settings import RunLimits
-from agent.steps import StepRecord
-from agent.store import RunStore
-from agent.uitars import UiTarsPlanner
-from desktop.protocol.errors import InvalidRequest
-from desktop.sdk import AsyncDesktop
+from cubicle.agent import actions as p
+from cubicle.agent._model import ChatModel
+from cubicle.agent.grounding.a11y import A11yGrounder
+from cubicle.agent.loop import Agent
+from cubicle.agent.planner import ChatPlanner
+from cubicle.agent.settings import RunLimits
+from cubicle.agent.steps import StepRecord
+from cubicle.agent.store import RunStore
+from cubicle.agent.uitars import UiTarsPlanner
+from cubicle.client.sdk import AsyncDesktop
+from cubicle.protocol.errors import InvalidRequest
 from tests.agent.fake_model import FakeModelServer, Turn
 from tests.conftest import Service, create_desktop
 

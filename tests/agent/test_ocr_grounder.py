@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from agent.grounding.ocr import OcrGrounder, TextLine, find_text
-from desktop.sdk import AsyncDesktop
+from cubicle.agent.grounding.ocr import OcrGrounder, TextLine, find_text
+from cubicle.client.sdk import AsyncDesktop
 from tests.agent.test_a11y_grounder import SCREEN, inside, node, start_mousepad, wait_for
 
 SENTENCE = "Meet me in Zanzibar tomorrow"
@@ -119,7 +119,8 @@ def test_ocr_leaves_no_telemetry_behind(tmp_path: Path):
     """onnxruntime ≥ 1.29 keeps a device id under ~/.cache/Microsoft and uploads usage
     events from Linux unless told not to before it starts: the grounder tells it."""
     code = (
-        "import asyncio; from PIL import Image; from agent.grounding.ocr import OcrGrounder; "
+        "import asyncio; from PIL import Image; "
+        "from cubicle.agent.grounding.ocr import OcrGrounder; "
         "print(asyncio.run(OcrGrounder().read(Image.new('RGB', (64, 40), 'white'), (64, 40))))"
     )
     env = {key: value for key, value in os.environ.items() if key != "ORT_DISABLE_TELEMETRY"}

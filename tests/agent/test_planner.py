@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
-from agent import actions as p
-from agent._model import ChatModel
-from agent.errors import ModelError
-from agent.grounding._image import PreparedImage
-from agent.planner import ChatPlanner, Observation, PastStep, PlanError, a11y_text
-from agent.settings import load_settings
-from agent.uitars import UiTarsPlanner
-from desktop.protocol.errors import InvalidRequest
-from desktop.protocol.models import A11yNode, A11yTree
+from cubicle.agent import actions as p
+from cubicle.agent._model import ChatModel
+from cubicle.agent.errors import ModelError
+from cubicle.agent.grounding._image import PreparedImage
+from cubicle.agent.planner import ChatPlanner, Observation, PastStep, PlanError, a11y_text
+from cubicle.agent.settings import load_settings
+from cubicle.agent.uitars import UiTarsPlanner
+from cubicle.protocol.errors import InvalidRequest
+from cubicle.protocol.models import A11yNode, A11yTree
 from tests.agent.fake_model import FakeModelServer, Turn
 
 TASK = "Write a haiku in the text editor and save it as ~/haiku.txt"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import agent
-import agent.grounding
-from desktop.protocol import errors
+import cubicle.agent
+import cubicle.agent.grounding
+from cubicle.protocol import errors
 
 
 def test_public_names_are_pinned():
-    assert agent.__all__ == [
+    assert cubicle.agent.__all__ == [
         "Agent",
         "AgentError",
         "AgentSettings",
@@ -24,9 +24,9 @@ def test_public_names_are_pinned():
         "run_task",
         "smart_resize",
     ]
-    for name in agent.__all__:
-        assert getattr(agent, name).__name__ == name
-    assert agent.grounding.__all__ == [
+    for name in cubicle.agent.__all__:
+        assert getattr(cubicle.agent, name).__name__ == name
+    assert cubicle.agent.grounding.__all__ == [
         "FAMILIES",
         "A11yGrounder",
         "Family",
@@ -42,7 +42,7 @@ def test_public_names_are_pinned():
 
 
 def test_agent_errors_travel_like_every_other_code():
-    from agent.errors import AgentError, GroundingError, ModelError
+    from cubicle.agent.errors import AgentError, GroundingError, ModelError
 
     for cls in (AgentError, GroundingError, ModelError):
         rebuilt = errors.from_code(cls.code, "message")

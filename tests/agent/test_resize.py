@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.grounding.resize import UI_TARS_MIN_PIXELS, smart_resize
-from desktop.protocol.errors import InvalidRequest
+from cubicle.agent.grounding.resize import UI_TARS_MIN_PIXELS, smart_resize
+from cubicle.protocol.errors import InvalidRequest
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import agent
+import cubicle.agent
 
-AGENT = Path(agent.__file__).parent
+AGENT = Path(cubicle.agent.__file__).parent
 
 
 def _imported(path: Path) -> set[str]:

@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from agent.run import run_task
-from agent.settings import load_settings
-from agent.steps import StepRecord
-from agent.store import RunStore
-from desktop.sdk import AsyncDesktop
+from cubicle.agent.run import run_task
+from cubicle.agent.settings import load_settings
+from cubicle.agent.steps import StepRecord
+from cubicle.agent.store import RunStore
+from cubicle.client.sdk import AsyncDesktop
 from tests.agent.fake_model import FakeModelServer, Turn
 from tests.conftest import Service, create_desktop
 

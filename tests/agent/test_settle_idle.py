@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from agent._model import ChatModel
-from agent.grounding.a11y import A11yGrounder
-from agent.loop import Agent
-from agent.planner import ChatPlanner
-from agent.settings import RunLimits
-from desktop import AsyncDesktop
+from cubicle import AsyncDesktop
+from cubicle.agent._model import ChatModel
+from cubicle.agent.grounding.a11y import A11yGrounder
+from cubicle.agent.loop import Agent
+from cubicle.agent.planner import ChatPlanner
+from cubicle.agent.settings import RunLimits
 from tests.agent.fake_model import FakeModelServer
 from tests.conftest import Service
 

@@ -11,8 +11,8 @@ import sys
 import httpx
 import pytest
 
-from desktop import A11yTree
-from desktop.guest.a11y import find
+from cubicle import A11yTree
+from cubicle.guest.a11y import find
 from tests.agent.board_api import FINISHED, add, set_board, wait_status
 from tests.agent.fake_vendors import (
     FakeVendorServer,
@@ -132,7 +132,7 @@ def test_cubicle_run_takes_the_tool_planners(service: Service, fake_vendor, kind
         fake_vendor.script("responses", [response_text("Nothing to do.")])
         url = fake_vendor.url + "/v1"
     env = os.environ | {"CUBICLE_URL": service.url, "CUBICLE_TOKEN": service.token}
-    argv = [sys.executable, "-m", "desktop.cli", "run", "Look at the screen", "--planner", kind]
+    argv = [sys.executable, "-m", "cubicle.cli", "run", "Look at the screen", "--planner", kind]
     argv += ["--model", "fake", "--model-url", url, "--api-key", "k"]
     argv += ["--data-dir", str(service.data_dir)]
     ran = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)

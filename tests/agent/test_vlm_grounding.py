@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import pytest
 from PIL import Image, ImageDraw
 
-from agent.errors import ModelError
-from agent.grounding import VlmGrounder
-from desktop.protocol.errors import InvalidRequest
+from cubicle.agent.errors import ModelError
+from cubicle.agent.grounding import VlmGrounder
+from cubicle.protocol.errors import InvalidRequest
 from tests.agent.fake_model import FakeModelServer, Turn
 
 FAST = {"retry_backoff_s": 0.01}

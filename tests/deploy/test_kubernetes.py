@@ -13,7 +13,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from desktop.settings import Settings
+from cubicle.server.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 KUBERNETES = kubernetes_validate.utils.latest_version()

@@ -97,7 +97,7 @@ def local_cluster(workers: int = 2, desktops_each: int = 2) -> Iterator[LocalClu
 def _clear(data_dir: Path) -> None:
     """Remove a node's data directory, with the cgroups and disks of desktops a dead node
     left."""
-    from desktop.runtime import cgroups, disk
+    from cubicle.server.runtime import cgroups, disk
 
     for desktop in (data_dir / "desktops").glob("*"):
         if (found := cgroups.find(desktop.name)) is not None:

@@ -7,8 +7,8 @@ import asyncio
 
 import httpx
 
-from desktop import AsyncDesktop
-from desktop.protocol.lanes import LANES
+from cubicle import AsyncDesktop
+from cubicle.protocol.lanes import LANES
 
 
 async def test_a_flood_of_screenshots_gets_429_with_retry_after_and_the_cursor_still_answers(

@@ -1,4 +1,4 @@
-"""Desktop disks (`desktop.runtime.disk`): the empty template is made once, whoever asks;
+"""Desktop disks (`cubicle.server.runtime.disk`): the empty template is made once, whoever asks;
 runtimes sharing a directory leave each other's disks mounted."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import threading
 from pathlib import Path
 
-from desktop.runtime import disk
+from cubicle.server.runtime import disk
 
 HOME = Path(__file__).resolve().parents[2] / "images" / "home"
 

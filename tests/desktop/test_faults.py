@@ -20,21 +20,21 @@ from pathlib import Path
 
 import httpx
 
-from desktop.runtime import cgroups
+from cubicle.server.runtime import cgroups
 from tests.agent.board_api import set_board, use_fake_model
 from tests.agent.fake_model import FakeModelServer
 from tests.conftest import create_desktop, start_service, stop_service, wait_until
 
 
 def _guest_pid(desktop_id: str) -> int:
-    """The guest daemon of a desktop, found on the host: the `desktop.guest` process in
+    """The guest daemon of a desktop, found on the host: the `cubicle.guest` process in
     that desktop's cgroup."""
     cgroup = cgroups.find(desktop_id)
     assert cgroup is not None, f"desktop {desktop_id} has no cgroup"
     for pid in cgroup.pids():
         with contextlib.suppress(OSError):
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"desktop.guest" in argv:
+            if b"cubicle.guest" in argv:
                 return pid
     raise AssertionError(f"no guest daemon found for desktop {desktop_id}")
 

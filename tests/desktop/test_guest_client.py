@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from desktop.guest.app import RequireSecret
-from desktop.guest_client import GuestClient, GuestEndpoint
-from desktop.protocol.errors import AuthError, CubicleError, GuestUnreachable, NotFound
+from cubicle.guest.app import RequireSecret
+from cubicle.protocol.errors import AuthError, CubicleError, GuestUnreachable, NotFound
+from cubicle.server.guest_client import GuestClient, GuestEndpoint
 
 
 async def _echo(request: Request) -> Response:

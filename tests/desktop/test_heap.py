@@ -1,5 +1,5 @@
 """The service hands its free heap back to the system after a desktop ends
-(`desktop.heap.HeapTrim`), measured on this process's own resident memory."""
+(`cubicle.server.heap.HeapTrim`), measured on this process's own resident memory."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from desktop.heap import HeapTrim, malloc_trim
+from cubicle.server.heap import HeapTrim, malloc_trim
 
 
 def _rss_mb() -> float:

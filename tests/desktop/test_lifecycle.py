@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from desktop.runtime import cgroups
+from cubicle.server.runtime import cgroups
 from tests.conftest import create_desktop, start_service, stop_service, wait_until
 
 

@@ -306,10 +306,10 @@ async def test_the_agent_runs_a_task_in_a_vm(service, desktop, fake_model, tmp_p
     """The built-in agent with a scripted planner: screenshots and actions go through the
     channel; the task's effect is checked from outside. The script waits for the editor,
     as a planner that sees it is not up yet would (programs start slowly under TCG)."""
-    from agent.run import run_task
-    from agent.settings import load_settings
-    from agent.store import RunStore
-    from desktop.sdk import AsyncDesktop
+    from cubicle.agent.run import run_task
+    from cubicle.agent.settings import load_settings
+    from cubicle.agent.store import RunStore
+    from cubicle.client.sdk import AsyncDesktop
 
     def say(thought: str, **action) -> str:
         return json.dumps({"thought": thought, "action": action})

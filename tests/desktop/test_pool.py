@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from desktop.runtime import cgroups
+from cubicle.server.runtime import cgroups
 from tests.agent.board_api import FINISHED, say, set_board, use_fake_model, wait_status
 from tests.agent.fake_model import FakeModelServer
 from tests.conftest import Service, create_desktop, start_service, stop_service, wait_until

@@ -8,7 +8,7 @@ import time
 import pytest
 from PIL import Image
 
-from desktop import (
+from cubicle import (
     AsyncDesktop,
     AuthError,
     Desktop,
@@ -24,8 +24,8 @@ from desktop import (
     WindowNotFound,
     list_desktops,
 )
-from desktop.guest.a11y import find
-from desktop.launcher import free_port
+from cubicle.guest.a11y import find
+from cubicle.server.launcher import free_port
 
 
 def _wait_for(fetch, what: str, timeout_s: float = 10.0):

@@ -98,7 +98,7 @@ def _guest_pid() -> int:
                     argv = f.read().split(b"\0")
             except OSError:
                 continue
-            if b"desktop.guest" in argv and argv[0].endswith((b"python", b"python3")):
+            if b"cubicle.guest" in argv and argv[0].endswith((b"python", b"python3")):
                 return int(entry)
     raise SystemExit("no guest daemon found")
 

@@ -4,7 +4,7 @@ This machine has cgroup v1 controllers only, so the cgroup v2 path is tested on 
 kernel: `linux-image-cloud-amd64` (a test package of scripts/bootstrap.sh; Debian 12 boots
 it with the unified hierarchy). Nothing is downloaded: the initramfs is built at test time
 from this host's files (busybox-static, this Python and the part of its standard library
-the payload needs, `desktop/runtime/cgroups.py`, `v2_inside.py`), as a newc cpio that the
+the payload needs, `cubicle/server/runtime/cgroups.py`, `v2_inside.py`), as a newc cpio that the
 kernel unpacks into its root filesystem. QEMU prints the guest's console on stdout; the
 init mounts /proc, /sys, /dev and cgroup2, runs the payload, and powers off.
 """

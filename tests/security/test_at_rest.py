@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from desktop import at_rest
-from desktop.runtime import cgroups
+from cubicle.server import at_rest
+from cubicle.server.runtime import cgroups
 from tests.security.attack import ROOT, still_answering
 
 SECRET = "sk-probe-0123456789abcdef"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from desktop.runtime import cgroups, egress
+from cubicle.server.runtime import cgroups, egress
 from tests.conftest import wait_until
 from tests.security.attack import create, probe, run, still_answering
 from tests.security.conftest import VICTIM

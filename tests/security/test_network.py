@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from desktop.launcher import ServiceProcess, free_port
+from cubicle.server.launcher import ServiceProcess, free_port
 from tests.security.attack import create, probe, still_answering
 from tests.security.netns import HOST_ADDRESS, WORLD_ADDRESSES, Namespaces, NetnsThread
 
@@ -76,7 +76,7 @@ def t_service(world, inside_t) -> Iterator[tuple[ServiceProcess, httpx.Client]]:
                 "--",
                 sys.executable,
                 "-m",
-                "desktop.cli",
+                "cubicle.cli",
                 "serve",
             ],
             env=env,

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from desktop.launcher import ServiceProcess
-from desktop.runtime import cgroups
+from cubicle.server.launcher import ServiceProcess
+from cubicle.server.runtime import cgroups
 
 pytestmark = pytest.mark.root_only
 NAME = "cubicle-escape"

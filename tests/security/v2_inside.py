@@ -2,7 +2,7 @@
 
 The guest boots Debian's cloud kernel with the unified hierarchy mounted at
 /sys/fs/cgroup and nothing else. This script plays the service twice, with the real
-`desktop/runtime/cgroups.py` (copied next to it):
+`cubicle/server/runtime/cgroups.py` (copied next to it):
 
 1. as root in a cgroup of its own (`cubicle.service`, as a systemd unit would have it);
 2. as an ordinary user (uid 1000) in a cgroup delegated to it (`user.delegate`: the
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-import cgroups  # desktop/runtime/cgroups.py, copied beside this file
+import cgroups  # cubicle/server/runtime/cgroups.py, copied beside this file
 
 ROOT = Path("/sys/fs/cgroup")
 FORK_BOMB = """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import av
 
-from streaming.frames import EncodedFrame
+from cubicle.protocol.frames import EncodedFrame
 
 
 def nal_types(access_unit: bytes) -> list[int]:

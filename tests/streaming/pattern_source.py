@@ -16,7 +16,7 @@ from fractions import Fraction
 import av
 import numpy as np
 
-from streaming.frames import EncodedFrame
+from cubicle.protocol.frames import EncodedFrame
 
 
 class PatternFrames:

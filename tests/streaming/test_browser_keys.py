@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from desktop.guest.keys import parse_combo, resolve_key
-from desktop.protocol import actions as a
-from streaming.keys import NAMED, KeyboardState
+from cubicle.guest.keys import parse_combo, resolve_key
+from cubicle.protocol import actions as a
+from cubicle.server.live.keys import NAMED, KeyboardState
 
 
 def press(state: KeyboardState, key: str, code: str = "", **flags) -> list[a.Action]:

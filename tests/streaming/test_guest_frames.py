@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from streaming.frames import EncodedFrame, read_frames
+from cubicle.protocol.frames import EncodedFrame, read_frames
 from tests.streaming.h264 import Decoder, nal_types
 
 

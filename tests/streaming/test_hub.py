@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import time
 
-from streaming.hub import QUEUE_SECONDS, FrameHub
+from cubicle.server.live.hub import QUEUE_SECONDS, FrameHub
 from tests.streaming.pattern_source import PatternFrames
 
 

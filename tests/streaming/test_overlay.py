@@ -9,14 +9,14 @@ import time
 import av
 import numpy as np
 
-from desktop.protocol import actions as a
-from streaming.hub import FrameHub
-from streaming.overlay import Caption, Marker, OverlayMessage, Ripple, ScrollMark, Trail
-from streaming.recording import Recorder
+from cubicle.protocol import actions as a
+from cubicle.server.live.hub import FrameHub
+from cubicle.server.live.overlay import Caption, Marker, OverlayMessage, Ripple, ScrollMark, Trail
+from cubicle.server.live.recording import Recorder
 from tests.streaming.test_recorder import StillScreen
 
 MAGENTA = np.array((230, 40, 120))
-"""The agent's colour (`streaming.burnin.COLOURS["api"]`)."""
+"""The agent's colour (`cubicle.server.live.burnin.COLOURS["api"]`)."""
 
 
 def test_clicks_drags_scrolls_and_keys_become_marks():

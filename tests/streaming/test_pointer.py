@@ -16,10 +16,10 @@ from Xlib import X
 from Xlib.display import Display
 from Xlib.ext import xtest
 
-from desktop.guest.screen import ScreenCapture
-from streaming.encoder import H264Encoder
-from streaming.pointer import CursorImage, Pointer, PointerWatch, blend
-from streaming.source import Subscription, VideoSource
+from cubicle.guest.screen import ScreenCapture
+from cubicle.guest.video.encoder import H264Encoder
+from cubicle.guest.video.pointer import CursorImage, Pointer, PointerWatch, blend
+from cubicle.guest.video.source import Subscription, VideoSource
 from tests.streaming.h264 import Decoder
 
 GREY = 128

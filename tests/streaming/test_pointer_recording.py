@@ -11,7 +11,7 @@ import time
 import av
 import numpy as np
 
-from desktop import AsyncDesktop
+from cubicle import AsyncDesktop
 from tests.streaming.pointer_pixels import differs, near, pointer_box, screenshots
 
 
@@ -53,7 +53,7 @@ def test_a_recording_of_pointer_moves_shows_the_pointer_at_each_spot(api, deskto
 
 
 MAGENTA = np.array((230, 40, 120))
-"""The agent's colour in the overlay (`streaming.burnin.COLOURS["api"]`)."""
+"""The agent's colour in the overlay (`cubicle.server.live.burnin.COLOURS["api"]`)."""
 
 
 def magenta_near(rgb: np.ndarray, x: int, y: int, reach: int = 45) -> int:

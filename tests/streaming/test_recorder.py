@@ -8,9 +8,9 @@ import time
 import av
 import pytest
 
-from desktop.protocol import actions as a
-from streaming.hub import FrameHub
-from streaming.recording import Recorder, read_log
+from cubicle.protocol import actions as a
+from cubicle.server.live.hub import FrameHub
+from cubicle.server.live.recording import Recorder, read_log
 from tests.streaming.pattern_source import PatternFrames
 
 
@@ -87,7 +87,7 @@ async def test_a_recording_without_video_fails_with_a_reason(tmp_path, monkeypat
             await asyncio.Event().wait()
             yield  # never reached
 
-    monkeypatch.setattr("streaming.recording.FIRST_FRAME_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("cubicle.server.live.recording.FIRST_FRAME_TIMEOUT_S", 0.3)
     hub = FrameHub(Silent())
     try:
         recorder = Recorder(hub, tmp_path, "desk")

@@ -16,11 +16,11 @@ import pytest
 from Xlib import X
 from Xlib.display import Display
 
-from desktop.protocol.errors import SandboxError
-from streaming.capture import DamagedScreen
-from streaming.encoder import H264Encoder
-from streaming.frames import EncodedFrame
-from streaming.source import Subscription, VideoSource
+from cubicle.guest.video.capture import DamagedScreen
+from cubicle.guest.video.encoder import H264Encoder
+from cubicle.guest.video.source import Subscription, VideoSource
+from cubicle.protocol.errors import SandboxError
+from cubicle.protocol.frames import EncodedFrame
 from tests.streaming.h264 import Decoder, close_to, colour_at, nal_types, sps_profile
 
 ROOT = Path(__file__).resolve().parents[2]

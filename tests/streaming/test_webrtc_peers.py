@@ -9,11 +9,11 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtp import unpack_header_extensions
 
-from desktop.protocol import actions as a
-from desktop.protocol.errors import InvalidRequest
-from streaming.control import Control
-from streaming.hub import FrameHub
-from streaming.webrtc import PLAYOUT_DELAY_URI, WebRtcViewer
+from cubicle.protocol import actions as a
+from cubicle.protocol.errors import InvalidRequest
+from cubicle.server.live.control import Control
+from cubicle.server.live.hub import FrameHub
+from cubicle.server.live.webrtc import PLAYOUT_DELAY_URI, WebRtcViewer
 from tests.streaming.pattern_source import PatternFrames
 
 

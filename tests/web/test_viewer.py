@@ -8,7 +8,7 @@ import av
 import pytest
 from playwright.sync_api import expect
 
-from streaming.webrtc import PLAYOUT_DELAY_URI
+from cubicle.server.live.webrtc import PLAYOUT_DELAY_URI
 from tests.conftest import wait_until
 
 WIDTH, HEIGHT = 1280, 800

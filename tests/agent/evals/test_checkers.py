@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.evals import chrome
-from agent.evals.check import evaluate, unsupported
-from agent.evals.context import TaskContext
-from agent.evals.setup import run_steps
-from agent.evals.suite import EvalTask, load_suite
-from desktop import AsyncDesktop
+from cubicle import AsyncDesktop
+from cubicle.evals import chrome
+from cubicle.evals.check import evaluate, unsupported
+from cubicle.evals.context import TaskContext
+from cubicle.evals.setup import run_steps
+from cubicle.evals.suite import EvalTask, load_suite
 from tests.agent.evals.solutions import SOLUTIONS, Keys, Open, Shell, Tabs
 from tests.conftest import Service
 

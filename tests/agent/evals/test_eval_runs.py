@@ -33,7 +33,7 @@ def _board_emptied_after(api: httpx.Client) -> Iterator[None]:
 def _cubicle(service: Service, *args: str) -> subprocess.CompletedProcess[str]:
     env = {"CUBICLE_URL": service.url, "CUBICLE_TOKEN": service.token}
     return subprocess.run(
-        [sys.executable, "-m", "desktop.cli", "eval", *args],
+        [sys.executable, "-m", "cubicle.cli", "eval", *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

@@ -14,7 +14,7 @@ import pytest
 from desktop_env.controllers.python import PythonController
 from PIL import Image
 
-from agent.evals.osworld.provider import CubicleProvider, load_metric, setup_controller
+from cubicle.evals.osworld.provider import CubicleProvider, load_metric, setup_controller
 from tests.conftest import Service, create_desktop, wait_until
 
 NOTE = "hello from osworld"

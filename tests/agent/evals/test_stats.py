@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.evals.models import EvalItem
-from agent.evals.stats import pass_at_k, summarize, wilson
+from cubicle.protocol.evals import EvalItem
+from cubicle.server.evals.stats import pass_at_k, summarize, wilson
 
 
 def test_wilson_interval_matches_the_textbook_values():

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from desktop.guest import a11y
-from desktop.protocol.models import A11yNode, A11yTree
+from cubicle.guest import a11y
+from cubicle.protocol.models import A11yNode, A11yTree
 
 from .conftest import XSession
 
@@ -265,8 +265,8 @@ def test_hung_application_is_left_out_in_bounded_time(
 UNREACHABLE = textwrap.dedent(
     """
     import os, sys, time
-    from desktop.protocol.errors import A11yUnavailable
-    from desktop.guest import a11y
+    from cubicle.protocol.errors import A11yUnavailable
+    from cubicle.guest import a11y
 
     dead_bus, display, live_bus = sys.argv[1:4]
     os.environ["DBUS_SESSION_BUS_ADDRESS"] = dead_bus

@@ -13,8 +13,8 @@ import pytest
 from Xlib import X
 from Xlib.display import Display
 
-from desktop.guest.clipboard import MAX_TEXT_BYTES, Clipboard
-from desktop.protocol.errors import InvalidRequest, PayloadTooLarge, SandboxError
+from cubicle.guest.clipboard import MAX_TEXT_BYTES, Clipboard
+from cubicle.protocol.errors import InvalidRequest, PayloadTooLarge, SandboxError
 
 from .conftest import XSession
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from desktop.guest.cpu import CpuMeter, live_sessions
+from cubicle.guest.cpu import CpuMeter, live_sessions
 
 _SPIN = """
 import sys, threading, time

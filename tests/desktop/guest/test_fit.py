@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from Xlib.display import Display
 
-from desktop.guest.fit import WindowFitter
-from desktop.guest.windows import list_windows, wait_for_window
-from desktop.protocol.models import WindowInfo
+from cubicle.guest.fit import WindowFitter
+from cubicle.guest.windows import list_windows, wait_for_window
+from cubicle.protocol.models import WindowInfo
 
 from .conftest import XSession
 from .test_windows import PROBE

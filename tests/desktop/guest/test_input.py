@@ -21,10 +21,10 @@ import pytest
 from Xlib import X
 from Xlib.display import Display
 
-from desktop.guest.dispatch import validate
-from desktop.guest.input import InputController
-from desktop.protocol.actions import Click, Drag, Move
-from desktop.protocol.errors import InvalidRequest, OffScreen, UnknownKey
+from cubicle.guest.dispatch import validate
+from cubicle.guest.input import InputController
+from cubicle.protocol.actions import Click, Drag, Move
+from cubicle.protocol.errors import InvalidRequest, OffScreen, UnknownKey
 
 from .conftest import XSession
 

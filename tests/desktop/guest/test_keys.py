@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from desktop.guest.keys import char_keysym, parse_combo, resolve_key
-from desktop.protocol.errors import InvalidRequest, UnknownKey
+from cubicle.guest.keys import char_keysym, parse_combo, resolve_key
+from cubicle.protocol.errors import InvalidRequest, UnknownKey
 
 # Values from X11/keysymdef.h, written out so the test does not reuse the code under test.
 RETURN, TAB, ESCAPE, BACKSPACE, DELETE, INSERT = 0xFF0D, 0xFF09, 0xFF1B, 0xFF08, 0xFFFF, 0xFF63

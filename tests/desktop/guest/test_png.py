@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from desktop.guest import png
+from cubicle.guest import png
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from desktop.guest.cpu import CpuMeter
-from desktop.guest.screen import ScreenCapture
+from cubicle.guest.cpu import CpuMeter
+from cubicle.guest.screen import ScreenCapture
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from Xlib.display import Display
 
-from desktop.guest.windows import active_window, list_windows, wait_for_window, window_op
-from desktop.protocol.errors import WindowNotFound
-from desktop.protocol.models import WindowInfo
+from cubicle.guest.windows import active_window, list_windows, wait_for_window, window_op
+from cubicle.protocol.errors import WindowNotFound
+from cubicle.protocol.models import WindowInfo
 
 from .conftest import XSession
 

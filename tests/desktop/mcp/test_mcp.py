@@ -38,7 +38,7 @@ async def connect(service: Service, transport: str) -> AsyncIterator[Client]:
     if transport == "stdio":
         env = {"CUBICLE_URL": service.url, "CUBICLE_TOKEN": service.token, "PATH": "/usr/bin:/bin"}
         params = StdioServerParameters(
-            command=sys.executable, args=["-m", "desktop.cli", "mcp"], env=env
+            command=sys.executable, args=["-m", "cubicle.cli", "mcp"], env=env
         )
         async with Client(params) as client:
             yield client

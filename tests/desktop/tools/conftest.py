@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from desktop import AsyncDesktop
+from cubicle import AsyncDesktop
 from tests.conftest import Service
 from tests.desktop.tools.probe import Probe
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from desktop import AsyncDesktop
+from cubicle import AsyncDesktop
 
 APP = Path(__file__).with_name("probe_app.py")
 LOG = "~/probe.jsonl"

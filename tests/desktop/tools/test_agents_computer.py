@@ -8,8 +8,8 @@ import asyncio
 from agents import Agent, ComputerTool, OpenAIResponsesModel, Runner, set_tracing_disabled
 from openai import AsyncOpenAI
 
-from desktop import Desktop
-from desktop.tools import BlockingCubicleComputer, CubicleComputer
+from cubicle import Desktop
+from cubicle.tools import BlockingCubicleComputer, CubicleComputer
 from tests.agent.fake_vendors import computer_call, response_text
 from tests.desktop.tools.conftest import SCREEN
 from tests.desktop.tools.probe import keys, presses, typed

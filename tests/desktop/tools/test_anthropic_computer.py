@@ -36,7 +36,7 @@ from anthropic.types.beta import (
 from PIL import Image
 from pydantic import BaseModel, TypeAdapter
 
-from desktop.tools import AnthropicComputer
+from cubicle.tools import AnthropicComputer
 from tests.desktop.tools.conftest import SCREEN
 from tests.desktop.tools.probe import keys, presses, scrolls, typed
 

@@ -29,8 +29,8 @@ from openai.types.responses.response_input_item_param import ComputerCallOutput
 from PIL import Image
 from pydantic import TypeAdapter
 
-from desktop import InvalidRequest, OffScreen
-from desktop.tools import CubicleFunctions, OpenAIComputer, function_tools
+from cubicle import InvalidRequest, OffScreen
+from cubicle.tools import CubicleFunctions, OpenAIComputer, function_tools
 from tests.desktop.tools.conftest import SCREEN
 from tests.desktop.tools.probe import keys, presses, scrolls, typed
 

@@ -1,0 +1,1 @@
+"""The SDK: what a program uses to drive desktops through the service."""

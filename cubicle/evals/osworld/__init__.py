@@ -1,0 +1,1 @@
+"""OSWorld's own harness (`DesktopEnv`) on Cubicle desktops."""

@@ -1,0 +1,5 @@
+import sys
+
+from cubicle.guest.daemon import main
+
+sys.exit(main())

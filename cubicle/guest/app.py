@@ -1,0 +1,299 @@
+"""The guest protocol over HTTP: one small Starlette app per desktop (docs/protocol.md).
+
+The control plane forwards its `/api/desktops/{id}/...` calls here; this app knows nothing
+of the service's tokens or of other desktops. Requests and answers are the models of
+`cubicle.protocol`; every error answers as an `ErrorBody` with the status of its class.
+With a secret, every request must carry it as `Authorization: Bearer <secret>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hmac
+import logging
+from pathlib import Path
+
+from pydantic import TypeAdapter, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from cubicle.guest import a11y, dispatch, windows
+from cubicle.guest.core import VERSION, Guest
+from cubicle.guest.frames import frame_routes
+from cubicle.guest.web import answer, body, error_answer, query
+from cubicle.protocol import actions as a
+from cubicle.protocol.errors import (
+    AuthError,
+    CubicleError,
+    DesktopGone,
+    InvalidRequest,
+    PayloadTooLarge,
+    describe_validation,
+)
+from cubicle.protocol.models import (
+    A11yQuery,
+    ClipboardText,
+    CursorPosition,
+    ExecRequest,
+    FileEntry,
+    FilesQuery,
+    Health,
+    LaunchRequest,
+    OpenRequest,
+    Screen,
+    ScreenshotQuery,
+    WindowInfo,
+    WindowOpPath,
+    WindowsQuery,
+)
+
+log = logging.getLogger("cubicle.guest")
+
+_entries = TypeAdapter(list[FileEntry])
+_windows = TypeAdapter(list[WindowInfo])
+
+
+async def _on_error(_: Request, exc: Exception) -> Response:
+    if isinstance(exc, CubicleError):
+        return error_answer(exc)
+    if isinstance(exc, HTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        content = f'{{"error": "{code}", "detail": "{exc.detail}"}}'
+        return Response(content, exc.status_code, media_type="application/json")
+    log.exception("unexpected error", exc_info=exc)
+    detail = f"{type(exc).__name__}: see the desktop's log"
+    return Response(
+        f'{{"error": "internal_error", "detail": "{detail}"}}', 500, media_type="application/json"
+    )
+
+
+class RequireSecret:
+    """ASGI middleware: answer 401 unless the request carries `Bearer <secret>`."""
+
+    def __init__(self, app: ASGIApp, secret: str, secret_file: Path | None = None) -> None:
+        self.app = app
+        self._expected = f"Bearer {secret}".encode()
+        self._file = secret_file
+        self._file_stamp = self._stamp()
+
+    def _stamp(self) -> int | None:
+        try:
+            return self._file.stat().st_mtime_ns if self._file else None
+        except OSError:
+            return None
+
+    def _renewed(self) -> bool:
+        """Whether the runtime wrote a new secret (a microVM restored from a snapshot gets
+        one); if so, it is the one to check from now on."""
+        stamp = self._stamp()
+        if self._file is None or stamp == self._file_stamp:
+            return False
+        self._file_stamp = stamp
+        secret = self._file.read_text().strip()
+        self._expected = f"Bearer {secret}".encode()
+        return bool(secret)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(given, self._expected) and not (
+                self._renewed() and hmac.compare_digest(given, self._expected)
+            ):
+                refused = error_answer(AuthError("this desktop answers its runtime only"))
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class GuestRoutes:
+    """The guest protocol's endpoints for one `Guest`."""
+
+    def __init__(self, guest: Guest) -> None:
+        self.guest = guest
+
+    def alive(self) -> Guest:
+        if self.guest.failure:
+            raise DesktopGone(f"the desktop session died: {self.guest.failure}")
+        return self.guest
+
+    async def health(self, request: Request) -> Response:
+        guest = self.guest
+        return answer(
+            Health(
+                ok=guest.drawn and guest.failure is None,
+                x_server=guest.session.xvfb.poll() is None,
+                window_manager=guest.drawn,
+                desktop_drawn=guest.drawn,
+                screen=Screen(width=guest.width, height=guest.height),
+                version=VERSION,
+                reason=guest.failure,
+            )
+        )
+
+    async def actions(self, request: Request) -> Response:
+        """One action or a list: checked as a whole against the live screen, then run."""
+        guest = self.alive()
+        try:
+            batch = a.action_batch_adapter.validate_json(await request.body())
+        except ValidationError as exc:
+            raise InvalidRequest(describe_validation(exc.errors())) from None
+        return answer(await dispatch.run_batch(guest, batch))
+
+    async def screenshot(self, request: Request) -> Response:
+        params = query(request, ScreenshotQuery)
+        guest = self.alive()
+        async with guest.lanes["screenshot"].slot():
+            await guest.input_processed()  # a click just answered is in the picture's past
+            shot = await guest.screen.screenshot(
+                params.image_format,
+                quality=params.quality,
+                max_width=params.max_width,
+                max_height=params.max_height,
+                cursor=params.cursor,
+            )
+        headers = {
+            "X-Screen-Width": str(guest.width),
+            "X-Screen-Height": str(guest.height),
+            "X-Image-Width": str(shot.width),
+            "X-Image-Height": str(shot.height),
+            "X-Scale": f"{shot.scale:.6f}",
+            "X-Screenshot-Cache": "hit" if shot.cached else "miss",
+            "X-Capture": str(shot.capture),
+            "Cache-Control": "no-store",
+        }
+        if shot.cursor_at is not None:
+            headers["X-Cursor"] = "{},{}".format(*shot.cursor_at)
+        return Response(shot.data, media_type=shot.content_type, headers=headers)
+
+    async def cursor(self, request: Request) -> Response:
+        guest = self.alive()
+        x, y = await guest.on_x(guest.input.cursor_position)
+        return answer(CursorPosition(x=x, y=y))
+
+    async def list_windows(self, request: Request) -> Response:
+        params = query(request, WindowsQuery)
+        guest = self.alive()
+        list_all = functools.partial(windows.list_windows, include_shell=params.include_shell)
+        found = await guest.on_x(list_all, guest.display)
+        return Response(_windows.dump_json(found), media_type="application/json")
+
+    async def window_op(self, request: Request) -> Response:
+        try:
+            target = WindowOpPath.model_validate(request.path_params)
+        except ValidationError as exc:
+            raise InvalidRequest(describe_validation(exc.errors())) from None
+        guest = self.alive()
+        await guest.on_x(windows.window_op, guest.display, target.window_id, target.op)
+        return Response(status_code=204)
+
+    async def accessibility(self, request: Request) -> Response:
+        params = query(request, A11yQuery)
+        guest = self.alive()
+        async with guest.lanes["a11y"].slot():
+            tree = await asyncio.to_thread(
+                a11y.snapshot, app=params.app, max_depth=params.max_depth
+            )
+        return answer(tree)
+
+    async def run_command(self, request: Request) -> Response:
+        command = await body(request, ExecRequest)
+        guest = self.alive()
+        if not command.stream:
+            return answer(await guest.system.run(command))
+        chunks = guest.system.stream(command)
+        first = await anext(chunks)  # errors such as an unknown command surface as 4xx
+
+        async def lines():
+            yield first.model_dump_json() + "\n"
+            async for chunk in chunks:
+                yield chunk.model_dump_json() + "\n"
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    async def read_file(self, request: Request) -> Response:
+        path = query(request, FilesQuery).path
+        system = self.guest.system
+        resolved, entry = system.stat_path(path)
+        if entry.type == "dir":
+            async with self.guest.lanes["files"].slot():
+                listing = await asyncio.to_thread(system.list_dir, resolved)
+            return Response(_entries.dump_json(listing), media_type="application/json")
+        return FileResponse(resolved, media_type="application/octet-stream")
+
+    async def write_file(self, request: Request) -> Response:
+        path = query(request, FilesQuery).path
+        system = self.guest.system
+        limit = system.max_file_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(f"upload of {declared} bytes is over the {limit}-byte limit")
+        data = bytearray()
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > limit:
+                raise PayloadTooLarge(f"upload is over the {limit}-byte limit")
+        async with self.guest.lanes["files"].slot():
+            return answer(await asyncio.to_thread(system.write, path, bytes(data)))
+
+    async def delete_file(self, request: Request) -> Response:
+        path = query(request, FilesQuery).path
+        await asyncio.to_thread(self.guest.system.delete, path)
+        return Response(status_code=204)
+
+    async def get_clipboard(self, request: Request) -> Response:
+        clipboard = self.alive().clipboard
+        return answer(ClipboardText(text=await asyncio.to_thread(clipboard.get_text)))
+
+    async def set_clipboard(self, request: Request) -> Response:
+        text = (await body(request, ClipboardText)).text
+        await asyncio.to_thread(self.alive().clipboard.set_text, text)
+        return Response(status_code=204)
+
+    async def open_target(self, request: Request) -> Response:
+        target = (await body(request, OpenRequest)).target
+        return answer(await self.alive().system.open(target))
+
+    async def launch(self, request: Request) -> Response:
+        launch = await body(request, LaunchRequest)
+        if not launch.app.strip():
+            raise InvalidRequest("app is empty: name an application such as mousepad")
+        return answer(await self.alive().system.launch(launch.app, launch.args))
+
+
+def create_app(
+    guest: Guest, *, secret: str | None = None, secret_file: Path | None = None
+) -> ASGIApp:
+    """The guest protocol's ASGI app for `guest`; with `secret`, for its holder only."""
+    api = GuestRoutes(guest)
+    routes = [
+        Route("/health", api.health, methods=["GET"]),
+        Route("/actions", api.actions, methods=["POST"]),
+        Route("/screenshot", api.screenshot, methods=["GET"]),
+        Route("/cursor", api.cursor, methods=["GET"]),
+        Route("/windows", api.list_windows, methods=["GET"]),
+        Route("/windows/{window_id}/{op}", api.window_op, methods=["POST"]),
+        Route("/a11y", api.accessibility, methods=["GET"]),
+        Route("/exec", api.run_command, methods=["POST"]),
+        Route("/files", api.read_file, methods=["GET"]),
+        Route("/files", api.write_file, methods=["PUT"]),
+        Route("/files", api.delete_file, methods=["DELETE"]),
+        Route("/clipboard", api.get_clipboard, methods=["GET"]),
+        Route("/clipboard", api.set_clipboard, methods=["PUT"]),
+        Route("/open", api.open_target, methods=["POST"]),
+        Route("/launch", api.launch, methods=["POST"]),
+        *frame_routes(lambda: guest.video),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={
+            CubicleError: _on_error,
+            HTTPException: _on_error,
+            Exception: _on_error,
+        },
+    )
+    return RequireSecret(app, secret, secret_file) if secret else app

@@ -1,0 +1,43 @@
+"""Reading requests into protocol models and answering with them, for the guest's routes."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from cubicle.protocol.errors import (
+    CubicleError,
+    InvalidRequest,
+    describe_validation,
+    error_json,
+    status_for,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def query(request: Request, model: type[M]) -> M:
+    """The request's query parameters as `model`; 422 with what is wrong otherwise."""
+    try:
+        return model.model_validate(dict(request.query_params))
+    except ValidationError as exc:
+        raise InvalidRequest(describe_validation(exc.errors())) from None
+
+
+async def body(request: Request, model: type[M]) -> M:
+    """The request's JSON body as `model`; 422 with what is wrong otherwise."""
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise InvalidRequest(describe_validation(exc.errors())) from None
+
+
+def answer(model: BaseModel, status_code: int = 200) -> Response:
+    return Response(model.model_dump_json(), status_code, media_type="application/json")
+
+
+def error_answer(exc: CubicleError) -> Response:
+    return Response(error_json(exc), status_for(exc), media_type="application/json")

@@ -1,0 +1,40 @@
+"""Cubicle as an MCP server (the official `mcp` SDK): desktops, screenshots, input, windows,
+the accessibility tree, commands, files, the clipboard and the task board, as tools.
+
+    cubicle mcp                         stdio, for apps that launch a command (Claude Desktop)
+    POST/GET /mcp on the service        streamable HTTP, behind the service's token
+
+Both reach the desktops through the REST API, as the SDK does.
+"""
+
+from __future__ import annotations
+
+from mcp.server.mcpserver import MCPServer
+
+from cubicle.mcp import board_tools, input_tools, system_tools
+from cubicle.mcp.session import Connection, Desktops
+
+INSTRUCTIONS = """\
+Cubicle gives you Linux desktops (XFCE) to operate. create_desktop gives a desktop id; pass \
+it to every other tool. Take a screenshot to see the screen (pick max_width/max_height to \
+get a smaller image): x and y of click, move, drag and scroll are pixels of the last \
+screenshot of that desktop. accessibility_tree lists on-screen elements with their names; \
+exec_command runs shell commands; add_task hands a whole task to the built-in agent."""
+
+
+def build_server(desktops: Desktops) -> MCPServer:
+    """An MCP server whose tools act through `desktops` (the caller stops it)."""
+    server = MCPServer("cubicle", instructions=INSTRUCTIONS, version="0.1.0", log_level="WARNING")
+    system_tools.register(server, desktops)
+    input_tools.register(server, desktops)
+    board_tools.register(server, desktops)
+    return server
+
+
+async def serve_stdio(connection: Connection) -> None:
+    """Serve MCP on stdin/stdout until the client closes it."""
+    desktops = Desktops(connection)
+    try:
+        await build_server(desktops).run_stdio_async()
+    finally:
+        await desktops.stop()

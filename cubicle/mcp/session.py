@@ -1,0 +1,154 @@
+"""What the MCP tools share: the service they reach, the desktops they hold, each desktop's
+frame, and how results and errors are shaped.
+
+The MCP server is a client of the REST API like any other (the SDK over HTTP), whether it
+runs as `cubicle mcp` beside the service or inside it at `/mcp`: one door to the desktops.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, ImageContent, TextContent
+
+from cubicle.client.sdk import AsyncDesktop
+from cubicle.protocol.errors import (
+    CubicleError,
+    DesktopNotFound,
+    DesktopUnavailable,
+    raise_for_status,
+)
+from cubicle.tools.frame import Frame
+
+_KEPT = 64
+"""Desktop connections kept open at once (the least recently used is closed past that)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Where the service is and the token it takes."""
+
+    base_url: str
+    token: str
+
+    @classmethod
+    def resolve(cls, base_url: str | None = None, token: str | None = None) -> Connection:
+        """As the SDK finds the service: the arguments, else `CUBICLE_URL`/`CUBICLE_TOKEN`,
+        else http://127.0.0.1:8000 and the token file of the default data directory."""
+        from cubicle.client.sdk import service_address
+
+        return cls(*service_address(base_url, token))
+
+
+@dataclass
+class Held:
+    """A desktop the MCP server talks to, and the frame its coordinates are read in."""
+
+    desktop: AsyncDesktop
+    frame: Frame
+
+
+class Desktops:
+    """The desktops this server has touched, each with its frame (set by `screenshot`).
+
+    Connections are opened on first use and kept (up to `_KEPT`); `stop()` closes them all.
+    Frames belong to the desktop, not to an MCP session: a client that drives a desktop
+    through several sessions sees one frame."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._held: OrderedDict[str, Held] = OrderedDict()
+        self._http: httpx.AsyncClient | None = None
+
+    async def create(self, **options: Any) -> Held:
+        desktop = await AsyncDesktop.create(
+            base_url=self.connection.base_url, token=self.connection.token, **options
+        )
+        return await self._keep(desktop)
+
+    async def get(self, desktop_id: str) -> Held:
+        held = self._held.get(desktop_id)
+        if held is not None:
+            self._held.move_to_end(desktop_id)
+            return held
+        desktop = await AsyncDesktop.connect(
+            desktop_id, base_url=self.connection.base_url, token=self.connection.token
+        )
+        return await self._keep(desktop)
+
+    async def _keep(self, desktop: AsyncDesktop) -> Held:
+        screen = (desktop.info.screen.width, desktop.info.screen.height)
+        held = self._held[desktop.id] = Held(desktop, Frame.fit(screen))
+        while len(self._held) > _KEPT:
+            _, oldest = self._held.popitem(last=False)
+            await oldest.desktop.close()
+        return held
+
+    async def forget(self, desktop_id: str) -> None:
+        held = self._held.pop(desktop_id, None)
+        if held is not None:
+            await held.desktop.close()
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """A client of the service's other APIs (the board), with the token."""
+        if self._http is None:
+            headers = {"Authorization": f"Bearer {self.connection.token}"}
+            self._http = httpx.AsyncClient(
+                base_url=self.connection.base_url, headers=headers, timeout=60
+            )
+        return self._http
+
+    async def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """A JSON call to the service; its error as the `CubicleError` it carries."""
+        response = await self.http.request(method, path, **kwargs)
+        raise_for_status(response.status_code, response.content)
+        return response.json() if response.content else None
+
+    async def stop(self) -> None:
+        """Close every connection; idempotent."""
+        while self._held:
+            _, held = self._held.popitem()
+            await held.desktop.close()
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+
+def result(
+    text: str, data: dict[str, Any] | None = None, *images: tuple[bytes, str]
+) -> CallToolResult:
+    """A tool result: text for the model, the data as structured content (and serialized as
+    a second text block, as the MCP spec asks, for clients that read text only), and images
+    as (bytes, media type)."""
+    content: list[TextContent | ImageContent] = [TextContent(type="text", text=text)]
+    if data is not None:
+        content.append(TextContent(type="text", text=json.dumps(data, ensure_ascii=False)))
+    for data_bytes, media_type in images:
+        encoded = base64.b64encode(data_bytes).decode("ascii")
+        content.append(ImageContent(type="image", data=encoded, mime_type=media_type))
+    return CallToolResult(content=content, structured_content=data)
+
+
+@contextlib.asynccontextmanager
+async def guarded(desktops: Desktops, desktop_id: str | None = None) -> AsyncIterator[None]:
+    """Turn a `CubicleError` into an MCP tool error carrying the API's message (and forget
+    a desktop that is gone)."""
+    try:
+        yield
+    except CubicleError as exc:
+        if desktop_id is not None and isinstance(exc, DesktopNotFound | DesktopUnavailable):
+            await desktops.forget(desktop_id)
+        raise ToolError(exc.message) from exc
+    except httpx.TransportError as exc:
+        raise ToolError(
+            f"cannot reach the Cubicle service at {desktops.connection.base_url}: {exc}"
+        ) from exc

@@ -1,0 +1,205 @@
+"""The service API's own models: desktops as the control plane creates and lists them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cubicle.protocol import actions as a
+from cubicle.protocol.models import Screen
+
+DesktopStatus = Literal["starting", "ready", "failed", "stopped"]
+
+
+NodeLabelKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,251}[A-Za-z0-9])?$")]
+NodeLabelValue = Annotated[str, Field(min_length=1, max_length=256)] | bool | int
+
+
+class NodeInfo(BaseModel):
+    """The cluster node that holds a desktop."""
+
+    id: str
+    """The cluster's id of the node (Ray's node id)."""
+    address: str
+    """The node's IP address."""
+
+
+class CreateDesktop(BaseModel):
+    """Body of `POST /api/desktops`. Every field has a default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resolution: tuple[
+        Annotated[int, Field(ge=320, le=7680)], Annotated[int, Field(ge=240, le=4320)]
+    ] = (
+        1280,
+        800,
+    )
+    """Screen width and height in pixels."""
+    timeout_s: Annotated[int, Field(ge=10, le=86_400)] = 600
+    """Seconds without an API call after which the desktop is stopped."""
+    network: bool = False
+    """Give the desktop a user-mode network (slirp4netns). Off: loopback only."""
+    memory_mb: Annotated[int, Field(ge=256, le=65_536)] | None = None
+    """Memory limit in MiB; the service default when absent."""
+    max_pids: Annotated[int, Field(ge=64, le=65_536)] | None = None
+    """Most processes and threads the desktop may run; the service default when absent."""
+    disk_mb: Annotated[int, Field(ge=64, le=1_048_576)] | None = None
+    """Disk the desktop may fill (home, /tmp, uploads), MiB; the service default when absent."""
+    runtime: Annotated[str, Field(min_length=1, max_length=32)] | None = None
+    """The runtime to start it in (`local`, …); the service's default when absent."""
+    node: (
+        Annotated[dict[NodeLabelKey, NodeLabelValue], Field(min_length=1, max_length=16)] | None
+    ) = None
+    """Labels the node that holds the desktop must carry, e.g. `{"gpu": true}` (runtimes
+    that place desktops on a cluster, `ray`: they become Ray label selectors, values in
+    lower-case text)."""
+
+    def node_labels(self) -> tuple[tuple[str, str], ...]:
+        """The `node` labels as text, sorted."""
+        text = {
+            k: str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in (self.node or {}).items()
+        }
+        return tuple(sorted(text.items()))
+
+    snapshot: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    """Start from this snapshot (`POST /api/desktops/{id}/snapshot`); microvm only."""
+
+
+class DesktopInfo(BaseModel):
+    id: str
+    status: DesktopStatus
+    screen: Screen
+    network: bool
+    created_at: datetime
+    timeout_s: int
+    """Idle seconds before the desktop is stopped."""
+    expires_at: datetime | None = None
+    """When the desktop stops if nothing touches it."""
+    reason: str | None = None
+    """Why the desktop failed or stopped."""
+    degraded: str | None = None
+    """What last went wrong inside the running desktop and what was done about it (e.g.
+    `xfwm4 exited with status -9: started it again`); None while nothing did."""
+    startup_ms: float | None = None
+    """Milliseconds the desktop took from start to drawn."""
+    from_pool: bool = False
+    """Taken ready from the warm pool: the create call did not wait for `startup_ms`."""
+    runtime: str = "local"
+    """The runtime the desktop runs in."""
+    node: NodeInfo | None = None
+    """The cluster node that holds it; absent for desktops on the service's own host."""
+
+
+class PoolKind(BaseModel):
+    """The spares of one kind of desktop."""
+
+    resolution: tuple[int, int]
+    network: bool
+    runtime: str
+    target: int
+    """Spares the pool keeps of this kind."""
+    ready: int
+    """Drawn, handed out at once."""
+    booting: int
+
+
+class PoolInfo(BaseModel):
+    """`GET /api/pool`: the warm pool's spare desktops and who asked for them."""
+
+    enabled: bool
+    """False with `CUBICLE_WARM_POOL=0`: every create boots a desktop."""
+    target: int
+    ready: int
+    booting: int
+    wanted: dict[str, int]
+    """Spares asked for by the service's parts (`board`: the task board's concurrency), on
+    top of `CUBICLE_WARM_POOL` for API users."""
+    held_back: str | None = None
+    """Why the pool does not boot the spares it misses, when something stops it (memory,
+    `CUBICLE_MAX_DESKTOPS`)."""
+    kinds: list[PoolKind]
+
+
+class SetTimeout(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    timeout_s: Annotated[int, Field(ge=10, le=86_400)]
+
+
+# --- live view: recordings and share links ----------------------------------------------
+
+ActionSource = Literal["api", "viewer"]
+RecordingStatus = Literal["recording", "finished", "failed", "interrupted"]
+"""`interrupted`: the service stopped while recording; the video holds what was written."""
+
+
+class ActionEntry(BaseModel):
+    offset_ms: float
+    """Milliseconds from the start of the video to the action (0 if it came first)."""
+    source: ActionSource
+    """`api`: a REST call; `viewer`: a person controlling from the browser."""
+    action: a.Action
+
+
+class RecordingInfo(BaseModel):
+    id: str
+    desktop_id: str
+    status: RecordingStatus
+    started_at: datetime
+    stopped_at: datetime | None = None
+    duration_ms: float | None = None
+    """Milliseconds of video; None until the first frame arrived."""
+    frames: int = 0
+    bytes: int = 0
+    """Size of the MP4 file."""
+    width: int | None = None
+    """Pixels."""
+    height: int | None = None
+    """Pixels."""
+    reason: str | None = None
+    """Why a recording failed."""
+    overlay: bool = False
+    """The actions are drawn into the video (click ripples, drag paths, scroll marks,
+    captions of typed text and keys)."""
+
+
+class ActionLog(BaseModel):
+    recording: RecordingInfo
+    actions: list[ActionEntry]
+
+
+AccessMode = Literal["view", "control"]
+
+
+class ShareLink(BaseModel):
+    """A link to one desktop's live view, as `POST /api/desktops/{id}/share` makes it."""
+
+    id: str
+    """Names the link to revoke it (`DELETE /api/desktops/{id}/shares/{link_id}`)."""
+    desktop_id: str
+    mode: AccessMode
+    """`view` watches only; `control` may also take control."""
+    token: str | None = None
+    """Only in the answer that made the link: the service keeps a hash of it, not it."""
+    url: str
+    """The viewer page (with the token in it, in the answer that made the link)."""
+    expires_at: datetime
+    created_at: datetime
+
+
+class TakeSnapshot(BaseModel):
+    """Body of `POST /api/desktops/{id}/snapshot`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    """What to call it: 1-64 letters, digits, '.', '_' or '-'."""
+
+
+class SnapshotInfo(BaseModel):
+    name: str
+    parent: str
+    """The desktop it was taken of."""

@@ -1,0 +1,1 @@
+"""Evaluation runs on the board, and OSWorld's guest surface, inside the service."""

@@ -1,0 +1,480 @@
+"""The sandbox manager: every desktop's lifecycle, above whichever runtime starts them.
+
+It creates desktops and waits until they are drawn, hands out guest clients to the API,
+runs every batch of actions (`run_actions`: the one door for the API, the viewers and the
+agent), stops desktops that sat idle past their timeout, and notices when one dies, so that
+calls to it answer 410 with the reason instead of hanging. What happens is told to
+listeners through `events` (`cubicle.server.events`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import errno
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from cubicle.protocol import actions as a
+from cubicle.protocol.errors import (
+    CapacityReached,
+    CubicleError,
+    DesktopGone,
+    DesktopNotFound,
+    DesktopStarting,
+    DiskFull,
+    InvalidRequest,
+    SandboxStartError,
+)
+from cubicle.protocol.lanes import Lane, desktop_lanes
+from cubicle.protocol.models import Screen
+from cubicle.protocol.service import (
+    ActionSource,
+    CreateDesktop,
+    DesktopInfo,
+    DesktopStatus,
+    NodeInfo,
+    PoolInfo,
+    SnapshotInfo,
+)
+from cubicle.server.events import ActionsRan, DesktopEnded, Events
+from cubicle.server.guest_client import JSON, GuestClient
+from cubicle.server.heap import HeapTrim
+from cubicle.server.pool import DesktopKind, PoolHooks, WarmPool
+from cubicle.server.runtime import Found, Runtime, Sandbox, SandboxSpec, make_runtime
+from cubicle.server.settings import Settings
+
+log = logging.getLogger("cubicle.manager")
+
+KEEP_ENDED = 100
+"""How many failed or stopped desktops stay listed (with their reason) until deleted."""
+_WARM_UP_SHOT = {"format": "jpeg", "max_width": "64"}
+"""The screenshot a spare takes once drawn, to load the capture and encoding code."""
+BACKGROUND_START_TIMEOUT_S = 600.0
+"""How long a spare may take to boot in the background: a busy host gives it little CPU.
+Once someone takes it, `start_timeout_s` counts again from then."""
+
+
+@dataclass
+class _Desktop:
+    spec: SandboxSpec
+    runtime: str
+    timeout_s: int
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    status: DesktopStatus = "starting"
+    reason: str | None = None
+    startup_ms: float | None = None
+    from_pool: bool = False
+    last_used: float = field(default_factory=time.monotonic)
+    holders: set[object] = field(default_factory=set)
+    """Whoever keeps the desktop alive past its idle timeout (a recording, a controller)."""
+    sandbox: Sandbox | None = None
+    client: GuestClient | None = None
+    watcher: asyncio.Task | None = None
+    degraded: str | None = None
+    """The guest's last `degraded` report: what broke inside and what it did about it."""
+    lanes: dict[str, Lane] = field(default_factory=desktop_lanes)
+    """Bounded lines for the desktop's slow calls (`cubicle.protocol.lanes`)."""
+
+    def info(self) -> DesktopInfo:
+        expires = None
+        if self.status == "ready" and not self.holders:
+            idle = time.monotonic() - self.last_used
+            expires = datetime.now(UTC) + timedelta(seconds=max(0.0, self.timeout_s - idle))
+        return DesktopInfo(
+            id=self.spec.id,
+            status=self.status,
+            screen=Screen(width=self.spec.width, height=self.spec.height),
+            network=self.spec.network,
+            created_at=self.created_at,
+            timeout_s=self.timeout_s,
+            expires_at=expires,
+            reason=self.reason,
+            degraded=self.degraded,
+            startup_ms=self.startup_ms,
+            from_pool=self.from_pool,
+            runtime=self.runtime,
+            node=self._node(),
+        )
+
+    def _node(self) -> NodeInfo | None:
+        place = self.sandbox.node if self.sandbox is not None else None
+        return NodeInfo(id=place.id, address=place.address) if place is not None else None
+
+
+def _outlives_service(record: _Desktop) -> bool:
+    """A handed-out desktop in a runtime whose sandboxes outlive the service."""
+    return record.status == "ready" and record.sandbox is not None and record.sandbox.detached
+
+
+class SandboxManager:
+    """Creates, tracks and stops the desktops of one service."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.events = Events()
+        """`ActionsRan` and `DesktopEnded`, for the other rooms."""
+        self._runtimes: dict[str, Runtime] = {}
+        self._desktops: OrderedDict[str, _Desktop] = OrderedDict()
+        self.pool: WarmPool[_Desktop] = WarmPool(
+            settings,
+            PoolHooks(
+                new=self._spare,
+                boot=self._boot_spare,
+                foreground=self._foreground,
+                discard=lambda d: self._end(d, "stopped", "a spare the warm pool no longer needs"),
+                in_use=self._running,
+            ),
+        )
+        """Desktops booted before anyone asked, handed out by `create` (not listed)."""
+        self._reaper: asyncio.Task | None = None
+        self._heap = HeapTrim()
+        """Gives the heap a desktop's life left free back to the system once it ended."""
+
+    # --- lifecycle of the manager -----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Build the default runtime (so a broken host fails at start), take over the
+        desktops an earlier service left running in it, and begin the reaper."""
+        runtime = self.runtime(self.settings.runtime)
+        if self._reaper is None:
+            for found in await runtime.recover():
+                await self._adopt(runtime.name, found)
+            self._reaper = asyncio.create_task(self._reap_idle(), name="reap-idle-desktops")
+            self.pool.start()
+
+    async def stop(self) -> None:
+        """Stop every desktop this manager started, pooled ones too; idempotent."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        self._reaper = None
+        await self.pool.stop()
+        detached = [d for d in self._desktops.values() if _outlives_service(d)]
+        ending = [d for d in self._desktops.values() if d not in detached]
+        await asyncio.gather(
+            *(self._let_go(d) for d in detached),
+            *(self._end(d, "stopped", "the service shut down") for d in ending),
+            return_exceptions=True,
+        )
+        runtimes, self._runtimes = list(self._runtimes.values()), {}
+        await asyncio.gather(*(runtime.close() for runtime in runtimes))
+        await self._heap.close()
+
+    def runtime(self, name: str) -> Runtime:
+        """The runtime called `name`, built on first use."""
+        if name not in self._runtimes:
+            self._runtimes[name] = make_runtime(name, self.settings)
+        return self._runtimes[name]
+
+    async def _adopt(self, runtime: str, found: Found) -> None:
+        """Manage a desktop an earlier service started, listed as it was; a spare of its
+        warm pool is stopped (this service's pool boots its own)."""
+        record = _Desktop(found.spec, runtime, found.timeout_s, created_at=found.created_at)
+        record.sandbox = found.sandbox
+        if found.timeout_s == 0:
+            await self._end(record, "stopped", "a warm pool spare of an earlier service")
+            return
+        record.client = GuestClient(found.sandbox.endpoint)
+        record.status = "ready"
+        record.watcher = asyncio.create_task(self._watch(record), name=f"watch-{found.spec.id}")
+        self._desktops[found.spec.id] = record
+        log.info("desktop %s found again (%s)", found.spec.id, runtime)
+
+    async def _let_go(self, record: _Desktop) -> None:
+        """Stop watching a desktop that outlives the service, and leave it running."""
+        watcher, record.watcher = record.watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        if record.client is not None:
+            await record.client.close()
+
+    # --- desktops ------------------------------------------------------------------------
+
+    def _spec(self, request: CreateDesktop) -> SandboxSpec:
+        width, height = request.resolution
+        return SandboxSpec(
+            id=uuid.uuid4().hex[:12],
+            width=width,
+            height=height,
+            network=request.network,
+            memory_mb=request.memory_mb or self.settings.memory_mb,
+            max_pids=request.max_pids or self.settings.max_pids,
+            cpu_cores=self.settings.cpu_cores,
+            disk_mb=request.disk_mb or self.settings.disk_mb,
+            max_file_bytes=self.settings.max_upload_bytes,
+            node_labels=request.node_labels(),
+            snapshot=request.snapshot,
+        )
+
+    def _running(self) -> int:
+        return sum(d.status in ("starting", "ready") for d in self._desktops.values())
+
+    def _check_maxima(self, request: CreateDesktop) -> None:
+        """Refuse asks over the operator's per-desktop maxima (422, naming the setting)."""
+        s = self.settings
+        for asked, most, unit, name in (
+            (request.memory_mb, s.desktop_max_memory_mb, "MiB of memory", "DESKTOP_MAX_MEMORY_MB"),
+            (request.max_pids, s.desktop_max_pids, "processes", "DESKTOP_MAX_PIDS"),
+            (request.disk_mb, s.desktop_max_disk_mb, "MiB of disk", "DESKTOP_MAX_DISK_MB"),
+        ):
+            if asked is not None and asked > most:
+                raise InvalidRequest(
+                    f"a desktop may have at most {most} {unit} here (asked {asked}; "
+                    f"the operator sets CUBICLE_{name})"
+                )
+
+    async def create(self, request: CreateDesktop) -> DesktopInfo:
+        """Start a desktop (or take a warm one) and return once it is drawn."""
+        self._check_maxima(request)
+        runtime = request.runtime or self.settings.runtime
+        # an unknown runtime, or node labels it cannot honour, is a 422 before anything starts
+        if not self.runtime(runtime).places_on_nodes and request.node:
+            raise InvalidRequest(
+                f"node labels choose a cluster node, and the {runtime} runtime has none: "
+                "use the ray runtime or leave out `node`"
+            )
+        running = self._running()
+        if running >= self.settings.max_desktops:
+            raise CapacityReached(
+                f"{running} desktops are running, the limit is {self.settings.max_desktops}: "
+                "kill one (DELETE /api/desktops/{id}) or raise CUBICLE_MAX_DESKTOPS"
+            )
+        record = await self._take_warm(request)
+        if record is None:
+            await self.pool.make_room()
+            record = _Desktop(self._spec(request), runtime, request.timeout_s)
+            self._desktops[record.spec.id] = record
+            try:
+                await self._boot(record)
+            except BaseException:
+                del self._desktops[record.spec.id]
+                raise
+        self.pool.refill()
+        return record.info()
+
+    async def _boot(self, record: _Desktop) -> None:
+        """Start the record's sandbox and wait until its desktop is drawn."""
+        spec = record.spec
+        started = time.perf_counter()
+        timeout_s = BACKGROUND_START_TIMEOUT_S if spec.nice else self.settings.start_timeout_s
+        try:
+            record.sandbox = await self.runtime(record.runtime).start(spec)
+            if spec.nice and not record.spec.nice:  # taken while it started
+                await record.sandbox.foreground()
+            async with asyncio.timeout(timeout_s):
+                await self._until_ready(record.sandbox)
+        except BaseException as exc:
+            reason = str(exc) if isinstance(exc, SandboxStartError) else None
+            if isinstance(exc, TimeoutError):
+                reason = f"the desktop was not drawn within {timeout_s:.0f} s"
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                if record.sandbox is not None:
+                    await record.sandbox.stop()
+                raise DiskFull(
+                    f"desktop {spec.id} did not start: the disk of {self.settings.data_dir} "
+                    "is full; free some space and try again"
+                ) from exc
+            if record.sandbox is not None:
+                await record.sandbox.stop()
+            if reason is not None:
+                raise SandboxStartError(f"desktop {spec.id} did not start: {reason}") from exc
+            raise
+        record.startup_ms = (time.perf_counter() - started) * 1000
+        record.client = GuestClient(record.sandbox.endpoint)
+        record.status = "ready"
+        record.last_used = time.monotonic()
+        record.sandbox.kept(record.timeout_s, record.created_at)
+        record.watcher = asyncio.create_task(self._watch(record), name=f"watch-{spec.id}")
+        log.info("desktop %s ready in %.0f ms", spec.id, record.startup_ms)
+
+    # --- the warm pool ---------------------------------------------------------------------
+
+    def want_warm(self, owner: str, count: int, request: CreateDesktop | None = None) -> None:
+        """Keep `count` drawn spares like `request` (default: the default kind) for `owner`,
+        besides `CUBICLE_WARM_POOL` for API users; 0 withdraws `owner`'s wish."""
+        self.pool.want(owner, count, request)
+
+    def pool_info(self) -> PoolInfo:
+        return self.pool.info()
+
+    def _spare(self, kind: DesktopKind) -> _Desktop:
+        spec = dataclasses.replace(self._spec(kind.request()), nice=self.settings.warm_pool_nice)
+        return _Desktop(spec, kind.runtime, timeout_s=0)
+
+    async def _boot_spare(self, record: _Desktop) -> None:
+        """Boot a spare, then have its guest load what it loads on first use (the screen
+        capture and the video's encoder): the first screenshot of a desktop taken from the
+        pool is then as quick as any other. Only spares pay that memory up front."""
+        await self._boot(record)
+        assert record.client is not None
+        try:
+            await record.client.request("GET", "/screenshot", params=_WARM_UP_SHOT)
+            await record.client.request("GET", "/frames/stats")
+        except CubicleError as exc:  # a spare that cannot warm up is still a desktop
+            log.warning("spare %s did not warm up: %s", record.spec.id, exc.message)
+
+    @staticmethod
+    async def _foreground(record: _Desktop) -> None:
+        if record.spec.nice:
+            record.spec = dataclasses.replace(record.spec, nice=0)
+            if record.sandbox is not None:
+                await record.sandbox.foreground()
+
+    async def _take_warm(self, request: CreateDesktop) -> _Desktop | None:
+        """A spare for this request (waiting for one being booted), or None."""
+        if request.node:  # spares are placed on any node
+            return None
+        record = await self.pool.take(request)
+        if record is None:
+            return None
+        record.from_pool = True
+        record.timeout_s = request.timeout_s
+        record.created_at = datetime.now(UTC)
+        record.last_used = time.monotonic()
+        if record.sandbox is not None:
+            record.sandbox.kept(record.timeout_s, record.created_at)
+        self._desktops[record.spec.id] = record
+        return record
+
+    @staticmethod
+    async def _until_ready(sandbox: Sandbox) -> None:
+        async for event in sandbox.events():
+            log.debug("desktop %s: %s", sandbox.id, event.event)
+            if event.event == "ready":
+                return
+            if event.event == "failed":
+                raise SandboxStartError(event.reason or "the guest reported a failure")
+        raise SandboxStartError(await sandbox.wait())
+
+    async def _watch(self, record: _Desktop) -> None:
+        """Drain the guest's events and mark the desktop failed when its sandbox ends."""
+        assert record.sandbox is not None
+        async for event in record.sandbox.events():
+            if event.event == "degraded":
+                log.warning("desktop %s degraded: %s", record.spec.id, event.reason)
+                record.degraded = event.reason
+        reason = await record.sandbox.wait()
+        if record.status == "ready":
+            log.warning("desktop %s failed: %s", record.spec.id, reason)
+            await self._end(record, "failed", reason)
+
+    async def _end(self, record: _Desktop, status: DesktopStatus, reason: str) -> None:
+        if record.status in ("failed", "stopped"):
+            return
+        record.status, record.reason = status, reason
+        if record.spec.id not in self._desktops:
+            self.pool.forget(record)
+        watcher, record.watcher = record.watcher, None
+        if watcher is not None and watcher is not asyncio.current_task():
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        if record.client is not None:
+            await record.client.close(f"desktop {record.spec.id} is {status}: {reason}")
+        if record.sandbox is not None:
+            await record.sandbox.stop()
+        self.events.emit(DesktopEnded(record.spec.id, status, reason))
+        self._heap.soon()
+        ended = [k for k, d in self._desktops.items() if d.status in ("failed", "stopped")]
+        for key in ended[:-KEEP_ENDED]:
+            del self._desktops[key]
+
+    def _record(self, desktop_id: str) -> _Desktop:
+        try:
+            return self._desktops[desktop_id]
+        except KeyError:
+            raise DesktopNotFound(
+                f"no desktop {desktop_id!r}: list them with GET /api/desktops"
+            ) from None
+
+    def list(self) -> list[DesktopInfo]:
+        return [record.info() for record in self._desktops.values()]
+
+    def get(self, desktop_id: str) -> DesktopInfo:
+        return self._record(desktop_id).info()
+
+    def guest(self, desktop_id: str, *, touch: bool = True) -> GuestClient:
+        """The guest client of a ready desktop; counts as activity for the idle timeout
+        unless `touch` is False (watching a desktop does not keep it alive)."""
+        record = self._record(desktop_id)
+        if record.status == "starting":
+            raise DesktopStarting(f"desktop {desktop_id} is still starting: retry in a moment")
+        if record.status != "ready" or record.client is None:
+            raise DesktopGone(f"desktop {desktop_id} is {record.status}: {record.reason}")
+        if touch:
+            record.last_used = time.monotonic()
+        return record.client
+
+    def lane(self, desktop_id: str, kind: str) -> Lane:
+        """The desktop's lane for a slow kind of call: `screenshot`, `files` or `a11y`."""
+        return self._record(desktop_id).lanes[kind]
+
+    async def run_actions(
+        self, desktop_id: str, actions: Sequence[a.Action], *, source: ActionSource
+    ) -> a.ActionsResponse:
+        """Run a batch on a desktop, in order, for anyone (API, viewer, agent).
+
+        The guest checks the whole batch against its live screen before anything runs; once
+        it ran, listeners hear `ActionsRan` (recordings log it from there).
+        """
+        guest = self.guest(desktop_id)
+        started = time.monotonic()
+        body = a.action_batch_adapter.dump_json(list(actions))
+        answer = await guest.request("POST", "/actions", content=body, content_type=JSON)
+        result = answer.model(a.ActionsResponse)
+        self.events.emit(ActionsRan(desktop_id, tuple(actions), started, source, result))
+        return result
+
+    async def snapshot(self, desktop_id: str, name: str) -> SnapshotInfo:
+        """Save a ready desktop as a named snapshot, if its runtime can (microvm)."""
+        self.guest(desktop_id)
+        record = self._record(desktop_id)
+        assert record.sandbox is not None  # a ready desktop has one
+        return await self.runtime(record.runtime).snapshot(record.sandbox, name)
+
+    def hold(self, desktop_id: str, holder: object) -> None:
+        """Keep a ready desktop alive past its idle timeout until `release(…, holder)`."""
+        self.guest(desktop_id)
+        self._record(desktop_id).holders.add(holder)
+
+    def release(self, desktop_id: str, holder: object) -> None:
+        """Let the idle timeout run again (counted from now) once no one holds it."""
+        record = self._desktops.get(desktop_id)
+        if record is not None and holder in record.holders:
+            record.holders.discard(holder)
+            record.last_used = time.monotonic()
+
+    def extend(self, desktop_id: str, timeout_s: int) -> DesktopInfo:
+        """Set a new idle timeout, counted from now."""
+        self.guest(desktop_id)
+        record = self._record(desktop_id)
+        record.timeout_s = timeout_s
+        if record.sandbox is not None:
+            record.sandbox.kept(timeout_s, record.created_at)
+        return record.info()
+
+    async def kill(self, desktop_id: str) -> None:
+        """Stop a desktop and forget it."""
+        record = self._record(desktop_id)
+        await self._end(record, "stopped", "killed through the API")
+        self._desktops.pop(desktop_id, None)
+
+    async def _reap_idle(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reap_interval_s)
+            now = time.monotonic()
+            for record in list(self._desktops.values()):
+                idle = now - record.last_used
+                if record.status == "ready" and not record.holders and idle > record.timeout_s:
+                    log.info("desktop %s idle for %.0f s: stopping", record.spec.id, idle)
+                    await self._end(record, "stopped", f"idle for more than {record.timeout_s} s")

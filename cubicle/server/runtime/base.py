@@ -1,0 +1,138 @@
+"""What every runtime provides: start a sandbox, hand back its guest endpoint, stop it.
+
+Health, timeouts, the warm pool and bookkeeping live once in `cubicle.server.manager`, above all
+runtimes. A runtime registers itself by name in `cubicle.server.runtime.RUNTIMES`; the service
+picks one with `CUBICLE_RUNTIME` (or per desktop, `"runtime"` at create).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from cubicle.protocol.errors import Conflict
+from cubicle.protocol.models import GuestEvent
+from cubicle.protocol.service import SnapshotInfo
+from cubicle.server.guest_client import GuestEndpoint
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What a sandbox should be."""
+
+    id: str
+    width: int
+    """Screen pixels."""
+    height: int
+    """Screen pixels."""
+    network: bool
+    memory_mb: int
+    """Memory limit in MiB for everything inside the sandbox."""
+    max_pids: int
+    """Most processes and threads inside the sandbox."""
+    cpu_cores: float | None
+    """CPU time the sandbox may use, in cores; None for no hard cap (equal CPU weight)."""
+    disk_mb: int
+    """Disk the sandbox may fill (home, /tmp, uploads), in MiB."""
+    max_file_bytes: int
+    """Largest file the guest accepts through the files API, in bytes."""
+    nice: int = 0
+    """CPU niceness to boot at (a warm pool's spare: 19), until `Sandbox.foreground()`;
+    runtimes that cannot lower a sandbox's priority ignore it."""
+    secret: str | None = None
+    """A bearer token the guest demands on every request, when set: the runtime hands it to
+    the guest daemon, never to the desktop's programs (runtimes whose guest is reachable
+    from other hosts set it)."""
+    node_labels: tuple[tuple[str, str], ...] = ()
+    """Labels the node that holds the desktop must carry (runtimes that place desktops on
+    a cluster's nodes honour them)."""
+    snapshot: str | None = None
+    """Start from this named snapshot instead of a fresh desktop (runtimes that have them)."""
+
+
+@dataclass(frozen=True)
+class NodePlace:
+    """Which machine of a cluster holds a sandbox."""
+
+    id: str
+    """The cluster's id of the node."""
+    address: str
+    """The node's IP address."""
+
+
+class Sandbox(abc.ABC):
+    """A started sandbox: where its guest listens, its progress, and how to end it."""
+
+    id: str
+    endpoint: GuestEndpoint
+    """Where the control plane reaches the sandbox's guest daemon."""
+    node: NodePlace | None = None
+    """The cluster node that holds it; None for a sandbox on the service's own host."""
+    detached: bool = False
+    """Whether it outlives the service: the manager lets go of it when the service stops
+    (a later service finds it again through `Runtime.recover`) instead of ending it."""
+
+    def kept(self, timeout_s: int, created_at: datetime) -> None:  # noqa: B027
+        """The manager's idle timeout for it from now on, in seconds (0: it waits in the
+        warm pool), and when it was handed out. A detached sandbox keeps them, to stop by
+        itself when no service came back within the timeout, and to be found again as it
+        was (other sandboxes ignore them)."""
+
+    @abc.abstractmethod
+    def events(self) -> AsyncIterator[GuestEvent]:
+        """The guest's progress events until it stops reporting."""
+
+    @abc.abstractmethod
+    async def wait(self) -> str:
+        """Wait until the sandbox has ended; returns why, in words."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """End the sandbox and everything in it, and free its resources; idempotent."""
+
+    async def foreground(self) -> None:  # noqa: B027 - runtimes without priorities ignore it
+        """Raise a sandbox started `nice` to normal priority; idempotent."""
+
+    @abc.abstractmethod
+    def pids(self) -> list[int]:
+        """Host process ids of everything running in the sandbox (for measurements)."""
+
+
+class Runtime(abc.ABC):
+    """Starts sandboxes of one kind."""
+
+    name: str
+    places_on_nodes: bool = False
+    """Whether it places sandboxes on a cluster's nodes, honouring `SandboxSpec.node_labels`."""
+
+    @abc.abstractmethod
+    async def start(self, spec: SandboxSpec) -> Sandbox:
+        """Start a sandbox; returns once it is spawned, before the desktop is ready."""
+
+    async def recover(self) -> list[Found]:
+        """Sandboxes an earlier service left running (detached ones), to be managed again."""
+        return []
+
+    async def snapshot(self, sandbox: Sandbox, name: str) -> SnapshotInfo:
+        """Save a running sandbox as snapshot `name`; `Conflict` where the runtime has none."""
+        raise Conflict(
+            f"desktop {sandbox.id} runs in the {self.name} runtime, which has no snapshots: "
+            "create it with runtime microvm"
+        )
+
+    async def close(self) -> None:  # noqa: B027 - most runtimes hold nothing of their own
+        """Release what the runtime itself holds (not its sandboxes); idempotent."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """A sandbox still running from an earlier service, as its runtime found it again."""
+
+    sandbox: Sandbox
+    spec: SandboxSpec
+    timeout_s: int
+    """Its idle timeout in seconds, as last `kept`; 0: it waited in the warm pool."""
+    created_at: datetime
+    """When it was handed out, as last `kept`."""

@@ -1,0 +1,65 @@
+"""`Services`: the long-lived objects of one running service, built by the app's lifespan.
+
+Routes reach them through FastAPI dependencies (`cubicle.server.api.deps`); other rooms add their
+own long-lived objects as `Room`s (the live view, the agent's board), which `create_app`
+starts after the manager and stops before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from fastapi import APIRouter
+from starlette.requests import HTTPConnection
+
+from cubicle.server.manager import SandboxManager
+from cubicle.server.settings import Settings
+from cubicle.server.shares import ShareLinks
+
+T = TypeVar("T")
+
+
+@dataclass
+class Services:
+    """What every request of one service may use."""
+
+    settings: Settings
+    token: str
+    """The admin token: every `/api` call carries it (or a share token signed with it)."""
+    manager: SandboxManager
+    shares: ShareLinks
+    """Every share link (`cubicle.server.shares`): made by the live view, checked by auth."""
+    _rooms: dict[type, object] = field(default_factory=dict)
+
+    def add(self, room: object) -> None:
+        """Make a room's object findable by its type (`get`)."""
+        self._rooms[type(room)] = room
+
+    def get(self, kind: type[T]) -> T:
+        """The room object of type `kind`; `LookupError` when the service runs without it."""
+        try:
+            return self._rooms[kind]  # type: ignore[return-value]
+        except KeyError:
+            raise LookupError(f"this service runs without {kind.__name__}") from None
+
+
+class Room(Protocol):
+    """A part of the service another package adds: its routes and what it runs."""
+
+    routers: Sequence[APIRouter]
+    """Included as they are: each router declares the auth its routes need. A room may
+    also have `body_limits`: the bodies some of its routes take beyond
+    `CUBICLE_MAX_BODY_MB`, (method, path pattern) → bytes (`cubicle.server.api.security`)."""
+
+    async def start(self, services: Services) -> None:
+        """Start what the room runs; register what its routes need with `services.add`."""
+        ...
+
+    async def stop(self) -> None: ...
+
+
+def services_of(connection: HTTPConnection) -> Services:
+    """The services of the app serving this request or WebSocket."""
+    return connection.state.services

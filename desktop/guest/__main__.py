@@ -1,5 +1,0 @@
-import sys
-
-from desktop.guest.daemon import main
-
-sys.exit(main())
