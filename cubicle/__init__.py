@@ -159,7 +159,7 @@ loads pydantic and the protocol, and code inside a sandbox never loads the SDK."
 def __getattr__(name: str) -> Any:
     if name in _HOMES:
         return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'desktop' has no attribute {name!r}")
+    raise AttributeError(f"module 'cubicle' has no attribute {name!r}")
 
 
 __all__ = [

@@ -7,7 +7,7 @@ bearer token), and reports its progress as `GuestEvent` JSON lines on a status f
 descriptor when it has one.
 
 It imports nothing of the control plane: only `cubicle.protocol`, the guest's own modules,
-`streaming`'s capture and encode modules, the standard library and third-party packages.
+its capture and encode modules (`cubicle.guest.video`), the standard library and third-party packages.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from cubicle.server.shares import ShareLinks
 
 log = logging.getLogger("cubicle")
 
-WEB = Path(__file__).resolve().parent.parent / "web"
+WEB = Path(__file__).resolve().parents[2] / "web"
 
 
 def _freeze_what_start_up_made() -> None:

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CGROUPS = HERE.parents[1] / "desktop" / "runtime" / "cgroups.py"
+CGROUPS = HERE.parents[1] / "cubicle" / "server" / "runtime" / "cgroups.py"
 PYTHON = Path("/usr/bin/python3.11")
 STDLIB = Path("/usr/lib/python3.11")
 SKIP = {

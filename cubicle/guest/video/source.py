@@ -34,7 +34,7 @@ from cubicle.guest.video.pointer import Pointer, PointerWatch
 from cubicle.protocol.errors import CubicleError, SandboxError
 from cubicle.protocol.frames import EncodedFrame
 
-log = logging.getLogger("cubicle.streaming")
+log = logging.getLogger(__name__)
 
 MAX_FPS = 60
 

@@ -21,7 +21,7 @@ from cubicle.server.api.auth import require_token
 from cubicle.server.evals.runs import EvalRuns
 from cubicle.server.services import services_of
 
-BUILT_IN = Path(__file__).resolve().parents[2] / "evals"
+BUILT_IN = Path(__file__).resolve().parents[3] / "evals"
 """The built-in suite, beside the code."""
 _BODY_BYTES = MAX_FILES_BYTES * 4 // 3 + 16 * 1024 * 1024
 """Largest `POST /api/evals` body read: the task files base64-encoded, and the tasks."""

@@ -84,10 +84,10 @@ def merged_usr_links() -> list[str]:
 
 
 def python_paths() -> list[Path]:
-    """What the guest needs bound to run this interpreter and import `desktop`."""
+    """What the guest needs bound to run this interpreter and import `cubicle.guest`."""
     paths = [Path(p) for p in {sys.prefix, sys.base_prefix} if not p.startswith("/usr")]
     if not str(CODE_ROOT).startswith((sys.prefix, "/usr")):
-        paths += [CODE_ROOT / n for n in ("desktop", "streaming") if (CODE_ROOT / n).is_dir()]
+        paths.append(CODE_ROOT / "cubicle")
     return paths
 
 

@@ -37,14 +37,14 @@ from pathlib import Path
 
 from cubicle.protocol.errors import SandboxStartError
 
-CHECKOUT = Path(__file__).resolve().parents[3]
+CHECKOUT = Path(__file__).resolve().parents[4]
 """The source tree this module belongs to: its packages become the guest's wheel."""
 IMAGES = CHECKOUT / "images"
 PACKAGES = (IMAGES / "packages.txt", IMAGES / "microvm" / "packages.txt")
 INIT = IMAGES / "microvm" / "cubicle-init"
 SETUP = IMAGES / "microvm" / "setup.sh"
 HOME = IMAGES / "home"
-GUEST_SOURCES = ("cubicle/guest", "cubicle/protocol", "streaming", "desktop/*.py")
+GUEST_SOURCES = ("cubicle/guest", "cubicle/protocol", "cubicle/*.py")
 """The modules the guest runs: a change to one of them makes a new guest layer (the wheel
 holds the host's modules too; the VM never runs them)."""
 HOST_ONLY = frozenset(
@@ -176,24 +176,29 @@ def cached_image(images_dir: Path) -> Image | None:
     return image if _built(image.base) and _built(image.guest) else None
 
 
+_UMASK_022 = ["/bin/sh", "-c", 'umask 022 && exec "$@"', "sh"]
+"""Runs a command with umask 022. Not `create_subprocess_exec(umask=...)`: uvloop, the loop
+`cubicle serve` runs on, refuses that argument (a microVM desktop asked of a running service
+answered 500 on a fresh machine)."""
+
+
 async def _run(step: str, argv: list[str], progress: Progress, **kwargs) -> None:
     """Run one build step, passing its output on as progress lines. Steps run with umask
     022: what they make is read inside the VM by its user, and the service's own umask
     (077, `cubicle.server.at_rest`) would make every file of the image root's alone."""
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            umask=0o022,
-            **kwargs,
-        )
-    except FileNotFoundError as exc:
+    if shutil.which(argv[0]) is None:
         raise ImageBuildError(
             f"image build ({step}): {argv[0]} is not installed: run "
             "`CUBICLE_RUNTIME=microvm scripts/bootstrap.sh`"
-        ) from exc
+        )
+    process = await asyncio.create_subprocess_exec(
+        *_UMASK_022,
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        **kwargs,
+    )
     tail: list[str] = []
     try:
         assert process.stdout is not None
