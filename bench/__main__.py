@@ -23,6 +23,7 @@ from bench import (
     agent_step,
     board,
     click,
+    client_install,
     create,
     density,
     evals,
@@ -55,6 +56,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "load": load.run,
     "soak": soak.run,
     "hardening": hardening.run,
+    "client_install": client_install.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"

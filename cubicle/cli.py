@@ -123,7 +123,7 @@ async def _run(args: argparse.Namespace) -> int:
     from cubicle.agent.settings import load_settings
     from cubicle.agent.store import RunStore, new_run_id
     from cubicle.client.sdk import AsyncDesktop
-    from cubicle.server.settings import Settings
+    from cubicle.protocol.data_dir import default_data_dir
 
     flags = {
         "base_url": args.model_url,
@@ -143,7 +143,7 @@ async def _run(args: argparse.Namespace) -> int:
     }
     config = Path(args.config) if args.config else None
     settings = load_settings(flags, config=config).resolve()
-    data_dir = Path(args.data_dir) if args.data_dir else Settings().data_dir
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     if args.desktop:
         d = await AsyncDesktop.connect(args.desktop)
     else:
@@ -186,6 +186,23 @@ async def _image(args: argparse.Namespace) -> int:
     print(image.base)
     print(image.guest)
     return 0
+
+
+_EXTRAS = {
+    "serve": ("server", ("fastapi", "uvicorn", "aiortc", "pydantic_settings")),
+    "image": ("server", ("pydantic_settings",)),
+    "run": ("agent", ("openai", "PIL")),
+    "mcp": ("mcp", ("mcp",)),
+}
+"""Per command, the extra that installs it and modules it cannot run without: a bare
+`pip install cubicle` is the SDK and these commands' clients only."""
+
+
+def _missing(modules: tuple[str, ...]) -> str | None:
+    """The first of `modules` that cannot be imported, if any."""
+    import importlib.util
+
+    return next((m for m in modules if importlib.util.find_spec(m) is None), None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,6 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     evals_cli.configure(evals)
 
     args = parser.parse_args(argv)
+    needs = _EXTRAS.get(args.command)
+    if needs and (missing := _missing(needs[1])):
+        print(
+            f"cubicle {args.command}: needs {missing}, which this install lacks: "
+            f"pip install 'cubicle[{needs[0]}]'",
+            file=sys.stderr,
+        )
+        return 2
     # Runs, recordings and reports the CLI writes (some into the service's data directory)
     # are its user's alone, as the service's own files are (cubicle.server.at_rest).
     os.umask(0o077)

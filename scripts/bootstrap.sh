@@ -41,7 +41,7 @@ if [ ! -x .venv/bin/python ]; then
     echo "==> creating .venv"
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-extras=""; [ "$mode" = test ] && extras="[test,osworld]"
+extras="[server,vendors]"; [ "$mode" = test ] && extras="[test,osworld]"
 # OSWorld's package, for its controllers and metrics (tests): without its dependency list,
 # which would pull torch; [osworld] lists what those parts import.
 osworld_env="desktop-env==1.0.2"

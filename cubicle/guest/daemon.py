@@ -6,8 +6,8 @@ another kernel or host; with `--secret-file`, every request must carry that secr
 bearer token), and reports its progress as `GuestEvent` JSON lines on a status file
 descriptor when it has one.
 
-It imports nothing of the control plane: only `cubicle.protocol`, the guest's own modules,
-its capture and encode modules (`cubicle.guest.video`), the standard library and third-party packages.
+It imports nothing of the control plane: only `cubicle.protocol`, the guest's own modules
+(capture and encode in `cubicle.guest.video`), the standard library and third-party packages.
 """
 
 from __future__ import annotations

@@ -115,12 +115,13 @@ def _package_names() -> list[str]:
 
 
 def _guest_requirements() -> list[str]:
-    """pyproject's dependencies less the host-only ones, as pip requirement strings."""
+    """The bare package's dependencies and the `guest` extra's, less the host-only ones, as
+    pip requirement strings."""
     import tomllib
 
     project = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]
     keep = []
-    for requirement in project["dependencies"]:
+    for requirement in [*project["dependencies"], *project["optional-dependencies"]["guest"]]:
         name = requirement.split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip()
         if name.lower().replace("_", "-") not in HOST_ONLY:
             keep.append(requirement)
