@@ -92,12 +92,22 @@ def _busy_wait_s(response: httpx.Response) -> float | None:
 class _Api:
     """An authenticated HTTP client for the service: every answer, or a `CubicleError`."""
 
-    def __init__(self, base_url: str | None, token: str | None, timeout_s: float) -> None:
-        self.url, token = service_address(base_url, token)
+    def __init__(
+        self,
+        base_url: str | None,
+        token: str | None,
+        timeout_s: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if transport is None:
+            self.url, token = service_address(base_url, token)
+        else:  # the transport reaches the service its own way: it may need no token
+            self.url = (base_url or "http://cubicle").rstrip("/")
         self.http = httpx.AsyncClient(
             base_url=self.url,
-            headers={"Authorization": f"Bearer {token}"},
+            headers={"Authorization": f"Bearer {token}"} if token else {},
             timeout=httpx.Timeout(timeout_s, connect=10.0),
+            transport=transport,
         )
 
     async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -204,9 +214,11 @@ class AsyncDesktop:
         runtime: str | None = None,
         base_url: str | None = None,
         token: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> AsyncDesktop:
-        """Start a new desktop; returns once it is drawn."""
-        api = _Api(base_url, token, timeout_s=120)
+        """Start a new desktop; returns once it is drawn. `transport`: how requests reach
+        the service (httpx's), for a program that holds the service in process."""
+        api = _Api(base_url, token, timeout_s=120, transport=transport)
         request = CreateDesktop(
             resolution=resolution,
             timeout_s=timeout_s,
@@ -225,10 +237,15 @@ class AsyncDesktop:
 
     @classmethod
     async def connect(
-        cls, desktop_id: str, *, base_url: str | None = None, token: str | None = None
+        cls,
+        desktop_id: str,
+        *,
+        base_url: str | None = None,
+        token: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> AsyncDesktop:
-        """Attach to a desktop that already runs."""
-        api = _Api(base_url, token, timeout_s=120)
+        """Attach to a desktop that already runs (`transport`: as in `create`)."""
+        api = _Api(base_url, token, timeout_s=120, transport=transport)
         try:
             path = f"/api/desktops/{quote(desktop_id, safe='')}"  # any text: a 404, not a bad URL
             info = await api.model(DesktopInfo, "GET", path)
@@ -447,9 +464,15 @@ class AsyncServiceClient:
     failure a `CubicleError` (`ServiceUnreachable` when the service does not answer)."""
 
     def __init__(
-        self, *, base_url: str | None = None, token: str | None = None, timeout_s: float = 120.0
+        self,
+        *,
+        base_url: str | None = None,
+        token: str | None = None,
+        timeout_s: float = 120.0,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._api = _Api(base_url, token, timeout_s)
+        """`transport`: as in `AsyncDesktop.create`."""
+        self._api = _Api(base_url, token, timeout_s, transport)
 
     @property
     def url(self) -> str:
