@@ -35,6 +35,7 @@ from cubicle.protocol.errors import (
     PayloadTooLarge,
     describe_validation,
 )
+from cubicle.protocol.lanes import LaneName
 from cubicle.protocol.models import (
     A11yQuery,
     ClipboardText,
@@ -147,7 +148,7 @@ class GuestRoutes:
     async def screenshot(self, request: Request) -> Response:
         params = query(request, ScreenshotQuery)
         guest = self.alive()
-        async with guest.lanes["screenshot"].slot():
+        async with guest.lanes[LaneName.SCREENSHOT].slot():
             await guest.input_processed()  # a click just answered is in the picture's past
             shot = await guest.screen.screenshot(
                 params.image_format,
@@ -194,7 +195,7 @@ class GuestRoutes:
     async def accessibility(self, request: Request) -> Response:
         params = query(request, A11yQuery)
         guest = self.alive()
-        async with guest.lanes["a11y"].slot():
+        async with guest.lanes[LaneName.A11Y].slot():
             tree = await asyncio.to_thread(
                 a11y.snapshot, app=params.app, max_depth=params.max_depth
             )
@@ -220,7 +221,7 @@ class GuestRoutes:
         system = self.guest.system
         resolved, entry = system.stat_path(path)
         if entry.type == "dir":
-            async with self.guest.lanes["files"].slot():
+            async with self.guest.lanes[LaneName.FILES].slot():
                 listing = await asyncio.to_thread(system.list_dir, resolved)
             return Response(_entries.dump_json(listing), media_type="application/json")
         return FileResponse(resolved, media_type="application/octet-stream")
@@ -237,7 +238,7 @@ class GuestRoutes:
             data += chunk
             if len(data) > limit:
                 raise PayloadTooLarge(f"upload is over the {limit}-byte limit")
-        async with self.guest.lanes["files"].slot():
+        async with self.guest.lanes[LaneName.FILES].slot():
             return answer(await asyncio.to_thread(system.write, path, bytes(data)))
 
     async def delete_file(self, request: Request) -> Response:
