@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         AsyncDesktop,
         AsyncServiceClient,
         Desktop,
+        Screenshot,
         ServiceClient,
         list_desktops,
     )
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
         FileEntry,
         Launched,
         Screen,
+        ScreenshotInfo,
         WindowInfo,
     )
     from cubicle.protocol.service import ActionLog, DesktopInfo, RecordingInfo, ShareLink
@@ -140,12 +142,20 @@ _HOMES = {
             "FileEntry",
             "Launched",
             "Screen",
+            "ScreenshotInfo",
             "WindowInfo",
         ),
         "cubicle.protocol.models",
     ),
     **dict.fromkeys(
-        ("AsyncDesktop", "AsyncServiceClient", "Desktop", "ServiceClient", "list_desktops"),
+        (
+            "AsyncDesktop",
+            "AsyncServiceClient",
+            "Desktop",
+            "Screenshot",
+            "ServiceClient",
+            "list_desktops",
+        ),
         "cubicle.client.sdk",
     ),
     **dict.fromkeys(
@@ -208,6 +218,8 @@ __all__ = [
     "SandboxError",
     "SandboxStartError",
     "Screen",
+    "Screenshot",
+    "ScreenshotInfo",
     "Scroll",
     "ServiceClient",
     "ServiceUnreachable",

@@ -51,6 +51,8 @@ def test_public_names_are_pinned():
         "SandboxError",
         "SandboxStartError",
         "Screen",
+        "Screenshot",
+        "ScreenshotInfo",
         "Scroll",
         "ServiceClient",
         "ServiceUnreachable",

@@ -23,6 +23,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
@@ -40,6 +41,7 @@ from cubicle.protocol.models import (
     ExecResult,
     FileEntry,
     Launched,
+    ScreenshotInfo,
     WindowInfo,
 )
 from cubicle.protocol.service import (
@@ -87,6 +89,17 @@ def _busy_wait_s(response: httpx.Response) -> float | None:
         return min(float(response.headers.get("retry-after", "1")), _MAX_BUSY_WAIT_S)
     except ValueError:
         return 1.0
+
+
+@dataclass(frozen=True)
+class Screenshot:
+    """A screenshot and how its pixels map to the screen."""
+
+    data: bytes
+    """The image, encoded."""
+    format: Literal["png", "jpeg", "webp"]
+    info: ScreenshotInfo
+    """Sizes (screen and image pixels), scale, capture number, pointer position."""
 
 
 class _Api:
@@ -363,10 +376,27 @@ class AsyncDesktop:
         max_height: int | None = None,
         cursor: bool = False,
     ) -> bytes:
-        """The screen as image bytes."""
+        """The screen as image bytes (`screenshot_with_info` also says how they map to it)."""
+        shot = await self.screenshot_with_info(
+            format, quality=quality, max_width=max_width, max_height=max_height, cursor=cursor
+        )
+        return shot.data
+
+    async def screenshot_with_info(
+        self,
+        format: Literal["png", "jpeg", "webp"] = "png",
+        *,
+        quality: int = 80,
+        max_width: int | None = None,
+        max_height: int | None = None,
+        cursor: bool = False,
+    ) -> Screenshot:
+        """The screen as image bytes with how its pixels map to the screen (`scale`, sizes,
+        the capture it shows, where the pointer was when `cursor=True`)."""
         params: dict[str, Any] = {"format": format, "quality": quality, "cursor": cursor}
         params |= {k: v for k, v in (("max_width", max_width), ("max_height", max_height)) if v}
-        return (await self._call("GET", "screenshot", params=params)).content
+        response = await self._call("GET", "screenshot", params=params)
+        return Screenshot(response.content, format, ScreenshotInfo.from_headers(response.headers))
 
     async def get_screen_size(self) -> Point:
         return self.info.screen.width, self.info.screen.height
@@ -592,6 +622,7 @@ class Desktop:
     wait = _blocking(AsyncDesktop.wait)
     wait_for_settle = _blocking(AsyncDesktop.wait_for_settle)
     screenshot = _blocking(AsyncDesktop.screenshot)
+    screenshot_with_info = _blocking(AsyncDesktop.screenshot_with_info)
     get_screen_size = _blocking(AsyncDesktop.get_screen_size)
     get_cursor_position = _blocking(AsyncDesktop.get_cursor_position)
     get_windows = _blocking(AsyncDesktop.get_windows)

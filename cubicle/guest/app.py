@@ -47,6 +47,7 @@ from cubicle.protocol.models import (
     LaunchRequest,
     OpenRequest,
     Screen,
+    ScreenshotInfo,
     ScreenshotQuery,
     WindowInfo,
     WindowOpPath,
@@ -157,18 +158,17 @@ class GuestRoutes:
                 max_height=params.max_height,
                 cursor=params.cursor,
             )
-        headers = {
-            "X-Screen-Width": str(guest.width),
-            "X-Screen-Height": str(guest.height),
-            "X-Image-Width": str(shot.width),
-            "X-Image-Height": str(shot.height),
-            "X-Scale": f"{shot.scale:.6f}",
-            "X-Screenshot-Cache": "hit" if shot.cached else "miss",
-            "X-Capture": str(shot.capture),
-            "Cache-Control": "no-store",
-        }
-        if shot.cursor_at is not None:
-            headers["X-Cursor"] = "{},{}".format(*shot.cursor_at)
+        info = ScreenshotInfo(
+            screen_width=guest.width,
+            screen_height=guest.height,
+            image_width=shot.width,
+            image_height=shot.height,
+            scale=shot.scale,
+            capture=shot.capture,
+            cached=shot.cached,
+            cursor=shot.cursor_at,
+        )
+        headers = {**info.headers(), "Cache-Control": "no-store"}
         return Response(shot.data, media_type=shot.content_type, headers=headers)
 
     async def cursor(self, request: Request) -> Response:

@@ -23,6 +23,7 @@ from cubicle.protocol import actions as a
 from cubicle.protocol.errors import DiskFull
 from cubicle.protocol.lanes import LaneName
 from cubicle.protocol.models import (
+    SCREENSHOT_HEADERS,
     A11yQuery,
     A11yTree,
     ClipboardText,
@@ -51,16 +52,7 @@ from cubicle.server.guest_client import GuestAnswer
 
 router = APIRouter(prefix="/api/desktops", tags=["desktops"])
 
-_PASSED_HEADERS = (
-    "x-screen-width",
-    "x-screen-height",
-    "x-image-width",
-    "x-image-height",
-    "x-scale",
-    "x-screenshot-cache",
-    "x-capture",
-    "x-cursor",
-)
+_PASSED_HEADERS = frozenset(SCREENSHOT_HEADERS.values())
 """The screenshot's own headers the service passes on (the guest's `Content-Type` is not
 one of them: the service states the type from the format asked for)."""
 _IMAGE_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
