@@ -34,11 +34,17 @@ MAX_BODY_MB = 1
 
 @dataclass
 class InProcess:
-    """A running app: `api` carries the admin token, `anonymous` carries none."""
+    """A running app: `api` carries the admin token, `anonymous` carries none (a test
+    that receives a cookie uses a `browser()` of its own: clients keep cookies)."""
 
     api: httpx.AsyncClient
     anonymous: httpx.AsyncClient
+    transport: httpx.ASGITransport
     data_dir: Path
+
+    def browser(self) -> httpx.AsyncClient:
+        """A new client with an empty cookie jar."""
+        return httpx.AsyncClient(transport=self.transport, base_url=BASE_URL)
 
 
 class _WithState:
@@ -103,7 +109,7 @@ async def inprocess() -> AsyncIterator[InProcess]:
                         transport=transport, base_url=BASE_URL, headers=headers
                     ) as api,
                 ):
-                    yield InProcess(api, anonymous, data_dir)
+                    yield InProcess(api, anonymous, transport, data_dir)
         finally:
             os.umask(umask)
             gc.unfreeze()  # the lifespan froze the heap for a service's life, not a test's

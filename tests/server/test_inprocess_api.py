@@ -76,12 +76,27 @@ async def test_the_admin_cookie_only_changes_things_from_the_services_own_pages(
 
 
 async def test_a_page_opened_with_the_token_gets_it_as_an_httponly_cookie(inprocess: InProcess):
-    page = await inprocess.anonymous.get("/", params={"token": TOKEN})
+    async with inprocess.browser() as browser:
+        page = await browser.get("/", params={"token": TOKEN})
+        assert browser.cookies["cubicle_admin"] == TOKEN
     assert page.status_code == 200
     cookie = page.headers["set-cookie"]
     assert cookie.startswith(f"cubicle_admin={TOKEN};")
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
     assert "frame-ancestors 'self'" in page.headers["content-security-policy"]
+
+
+async def test_mcp_and_an_unknown_share_link_are_refused_like_the_rest_of_the_api(
+    inprocess: InProcess,
+):
+    # /mcp checks the token itself (it is an ASGI app, not a FastAPI route): same answer.
+    mcp = await inprocess.anonymous.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert mcp.status_code == 401 and error_of(mcp).error == "unauthorized"
+    forged = {"Authorization": "Bearer share2.nolink.nosecret"}
+    for path in ("/api/desktops", "/mcp"):
+        response = await inprocess.anonymous.get(path, headers=forged)
+        assert response.status_code == 401, path
+        assert "share link is unknown" in error_of(response).detail
 
 
 # --- error answers ----------------------------------------------------------------------
@@ -163,6 +178,17 @@ async def test_every_answer_carries_the_security_headers(inprocess: InProcess):
         assert response.headers["x-content-type-options"] == "nosniff"
         assert response.headers["referrer-policy"] == "no-referrer"
         assert "default-src 'self'" in response.headers["content-security-policy"]
+
+
+async def test_agent_and_evaluation_runs_start_empty_and_unknown_ones_are_404(
+    inprocess: InProcess,
+):
+    assert (await inprocess.api.get("/api/runs")).json() == []
+    assert (await inprocess.api.get("/api/evals")).json() == []
+    for path in ("/api/runs/20260101-000000-abcdef", "/api/evals/nope"):
+        response = await inprocess.api.get(path)
+        assert response.status_code == 404, path
+        assert error_of(response).error.endswith("not_found"), path
 
 
 # --- the pool ---------------------------------------------------------------------------
