@@ -38,6 +38,9 @@ know, into the branch of its status: `NotFound` for a 404).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from pydantic import BaseModel
 
 
@@ -261,10 +264,10 @@ class ErrorBody(BaseModel):
         return error
 
 
-def describe_validation(problems: list[dict]) -> str:
+def describe_validation(problems: Sequence[Mapping[str, Any]]) -> str:
     """One line for pydantic's validation errors: where, and what is wrong (first five)."""
 
-    def one(problem: dict) -> str:
+    def one(problem: Mapping[str, Any]) -> str:
         where = ".".join(str(part) for part in problem.get("loc", ()) if part != "body")
         if problem.get("type") == "json_invalid":
             reason = problem.get("ctx", {}).get("error", "parse error")

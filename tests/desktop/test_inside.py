@@ -39,6 +39,7 @@ def _app(finished: list[str]) -> Starlette:
     return Starlette(routes=[Route("/whoami", whoami), Route("/slow", slow)])
 
 
+@pytest.mark.fast
 def test_a_request_through_the_door_is_marked_and_sees_the_services_state():
     async def main() -> object:
         door = InProcessTransport(_app([]), {"room": "board"})
@@ -48,12 +49,14 @@ def test_a_request_through_the_door_is_marked_and_sees_the_services_state():
     assert asyncio.run(main()) == {"inside": True, "state": "board"}
 
 
+@pytest.mark.fast
 def test_only_the_doors_own_mark_counts():
     assert not is_inside({INSIDE: True})
     assert not is_inside({INSIDE: "cubicle.inside"})
     assert not is_inside({"headers": [(INSIDE.encode(), b"1")]})
 
 
+@pytest.mark.fast
 def test_a_slow_answer_is_a_timeout_as_over_a_socket():
     async def main() -> None:
         door = InProcessTransport(_app([]), {})
@@ -64,6 +67,7 @@ def test_a_slow_answer_is_a_timeout_as_over_a_socket():
     asyncio.run(main())
 
 
+@pytest.mark.fast
 def test_a_caller_that_leaves_does_not_cut_the_request_short():
     finished: list[str] = []
 
@@ -113,6 +117,7 @@ def _reads_the_admin_token(path: Path) -> bool:
     return False
 
 
+@pytest.mark.fast
 def test_only_auth_and_the_start_up_read_the_admin_token():
     modules = sorted(SERVER.rglob("*.py"))
     assert len(modules) > 40  # the whole package was read
@@ -130,6 +135,7 @@ def _dials(path: Path) -> bool:
     )
 
 
+@pytest.mark.fast
 def test_no_room_dials_the_service_back():
     rooms = [*(SERVER / "board").rglob("*.py"), *(SERVER / "evals").rglob("*.py")]
     modules = [*rooms, SERVER / "mcp.py"]
@@ -137,6 +143,7 @@ def test_no_room_dials_the_service_back():
     assert [str(p.relative_to(SERVER)) for p in modules if _dials(p)] == []
 
 
+@pytest.mark.fast
 def test_the_check_sees_a_room_that_reads_the_token(tmp_path):
     sample = tmp_path / "room.py"
     sample.write_text("def start(services):\n    return Board(services.token)\n")
