@@ -33,6 +33,7 @@ from cubicle.protocol.errors import (
     DesktopGone,
     InvalidRequest,
     PayloadTooLarge,
+    answer_for,
     describe_validation,
 )
 from cubicle.protocol.lanes import LaneName
@@ -61,17 +62,10 @@ _windows = TypeAdapter(list[WindowInfo])
 
 
 async def _on_error(_: Request, exc: Exception) -> Response:
-    if isinstance(exc, CubicleError):
-        return error_answer(exc)
-    if isinstance(exc, HTTPException):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        content = f'{{"error": "{code}", "detail": "{exc.detail}"}}'
-        return Response(content, exc.status_code, media_type="application/json")
-    log.exception("unexpected error", exc_info=exc)
-    detail = f"{type(exc).__name__}: see the desktop's log"
-    return Response(
-        f'{{"error": "internal_error", "detail": "{detail}"}}', 500, media_type="application/json"
-    )
+    answer = answer_for(exc, log_hint="the desktop's log")
+    if answer.status == 500:
+        log.exception("unexpected error", exc_info=exc)
+    return Response(answer.json(), answer.status, answer.headers, media_type="application/json")
 
 
 class RequireSecret:
