@@ -20,7 +20,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from cubicle.agent.errors import ProfileNotFound, TaskNotFound
 from cubicle.agent.settings import AgentSettings, load_settings
@@ -41,7 +41,7 @@ from cubicle.protocol.board import (
     TaskStep,
 )
 from cubicle.protocol.errors import Conflict, DiskFull, InvalidRequest
-from cubicle.server.board.db import TaskDB
+from cubicle.server.board.db import TaskChanges, TaskDB
 from cubicle.server.board.events import Events
 from cubicle.server.board.hooks import TaskHooks, tag_prefix
 from cubicle.server.board.runner import NewDesktop, RunPlan, TaskRun
@@ -428,7 +428,7 @@ class Board:
             raise Conflict(f"task {task_id} is {task.status}: only queued tasks can be {what}")
         return task
 
-    async def _update(self, task_id: int, **fields: Any) -> Task:
+    async def _update(self, task_id: int, **fields: Unpack[TaskChanges]) -> Task:
         return await self._publish(await self._call(self.db.update, task_id, **fields))
 
     async def _finish(self, task_id: int, status: TaskStatus, result: str | None) -> Task:

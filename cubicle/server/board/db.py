@@ -8,12 +8,11 @@ numbered migrations recorded in `PRAGMA user_version`; opening a file runs those
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, Unpack
 
 from cubicle.protocol.board import (
     ACTIVE,
@@ -25,6 +24,26 @@ from cubicle.protocol.board import (
     TaskStatus,
     TaskStep,
 )
+from cubicle.server.sqlite import assignments, migrate, open_db
+
+
+class TaskChanges(TypedDict, total=False):
+    """The columns of a task that `TaskDB.update` may set (the rest change only through
+    their own methods: `claim`, `move`, `add_step`)."""
+
+    text: str
+    profile: str
+    start: str | None
+    max_steps: int | None
+    max_wall_s: float | None
+    status: TaskStatus
+    result: str | None
+    position: float
+    steps: int
+    desktop_id: str | None
+    recording_id: str | None
+    finished_at: datetime | None
+
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -83,13 +102,8 @@ class TaskDB:
     """The board's tables in one SQLite file (WAL, foreign keys on)."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        self._db.execute("PRAGMA foreign_keys = ON")
+        self._db = open_db(path)
         self.migrate()
 
     def close(self) -> None:
@@ -97,16 +111,7 @@ class TaskDB:
 
     def migrate(self) -> int:
         """Run the migrations this file lacks; returns the schema version."""
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > len(MIGRATIONS):
-            raise RuntimeError(
-                f"{self.path} has schema version {version}, newer than this Cubicle "
-                f"({len(MIGRATIONS)}): upgrade Cubicle or use another data directory"
-            )
-        for number in range(version, len(MIGRATIONS)):
-            script = MIGRATIONS[number]
-            self._db.executescript(f"BEGIN; {script}; PRAGMA user_version = {number + 1}; COMMIT;")
-        return len(MIGRATIONS)
+        return migrate(self._db, MIGRATIONS, self.path)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -189,11 +194,10 @@ class TaskDB:
         ).fetchone()
         return _task(row) if row is not None else None
 
-    def update(self, task_id: int, **fields: Any) -> Task | None:
-        """Set `fields` of the task; returns it as it now is."""
-        if fields:
-            names = ", ".join(f"{name} = ?" for name in fields)
-            values = [_column(value) for value in fields.values()]
+    def update(self, task_id: int, **changes: Unpack[TaskChanges]) -> Task | None:
+        """Set columns of the task; returns it as it now is."""
+        if changes:
+            names, values = assignments(changes, TaskChanges.__annotations__)
             self._db.execute(
                 f"UPDATE tasks SET {names}, version = version + 1 WHERE id = ?", [*values, task_id]
             )
@@ -338,14 +342,6 @@ class TaskDB:
             "INSERT OR REPLACE INTO settings (key, value) VALUES ('board', ?)",
             (settings.model_dump_json(),),
         )
-
-
-def _column(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, (dict, list)):
-        return json.dumps(value)
-    return value
 
 
 def _task(row: sqlite3.Row) -> Task:

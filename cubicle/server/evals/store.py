@@ -19,6 +19,7 @@ from typing import Any
 
 from cubicle.evals.suite import EvalTask
 from cubicle.protocol.evals import ACTIVE, EvalItem, EvalRun, RunStatus
+from cubicle.server.sqlite import assignments, migrate, open_db
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -85,33 +86,15 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def _value(value: Any) -> Any:
-    return value.isoformat() if isinstance(value, datetime) else value
-
-
 class EvalStore:
     """Runs, their tasks and their attempts in one SQLite file (WAL, foreign keys on)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.root = Path(data_dir) / "evals"
         self.root.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(
-            Path(data_dir) / "evals.sqlite3", isolation_level=None, check_same_thread=False
-        )
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        self._db.execute("PRAGMA foreign_keys = ON")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > len(MIGRATIONS):
-            raise RuntimeError(
-                f"evals.sqlite3 has schema version {version}, newer than this Cubicle's "
-                f"({len(MIGRATIONS)}): upgrade Cubicle or use another data directory"
-            )
-        for number in range(version, len(MIGRATIONS)):
-            self._db.executescript(
-                f"BEGIN; {MIGRATIONS[number]}; PRAGMA user_version = {number + 1}; COMMIT;"
-            )
+        path = Path(data_dir) / "evals.sqlite3"
+        self._db = open_db(path)
+        migrate(self._db, MIGRATIONS, path)
 
     def close(self) -> None:
         self._db.close()
@@ -190,9 +173,7 @@ class EvalStore:
         return [row[0] for row in rows]
 
     def set_run(self, run_id: str, **fields: Any) -> None:
-        assert set(fields) <= set(_RUN_FIELDS), fields
-        names = ", ".join(f"{name} = ?" for name in fields)
-        values = [_value(v) for v in fields.values()]
+        names, values = assignments(fields, _RUN_FIELDS)
         self._db.execute(f"UPDATE runs SET {names} WHERE id = ?", [*values, run_id])
 
     def _run(self, row: sqlite3.Row) -> EvalRun:
@@ -242,9 +223,7 @@ class EvalStore:
         return _item(row) if row is not None else None
 
     def update_item(self, run_id: str, task_id: str, attempt: int, **fields: Any) -> None:
-        assert set(fields) <= set(_ITEM_COLUMNS), fields
-        names = ", ".join(f"{name} = ?" for name in fields)
-        values = [_value(v) for v in fields.values()]
+        names, values = assignments(fields, _ITEM_COLUMNS)
         self._db.execute(
             f"UPDATE items SET {names} WHERE run_id = ? AND task_id = ? AND attempt = ?",
             [*values, run_id, task_id, attempt],
