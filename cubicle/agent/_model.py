@@ -17,7 +17,7 @@ from typing import Self
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from cubicle.agent.errors import ModelError, excerpt
+from cubicle.agent.errors import ModelError, excerpt, model_error
 
 log = logging.getLogger(__name__)
 
@@ -196,24 +196,8 @@ class ChatModel:
         )
 
     def _status_error(self, exc: openai.APIStatusError, attempt: int) -> ModelError:
-        status = exc.status_code
-        if status in (401, 403):
-            hint = "check the API key"
-        elif status == 404:
-            hint = f"check the base URL (it usually ends in /v1) and the model name {self.model!r}"
-        elif status == 429:
-            hint = "the endpoint is rate-limiting: slow down or raise its limits"
-        elif status >= 500:
-            hint = f"check the server's log and that it serves {self.model!r}"
-        else:
-            hint = f"check that it serves {self.model!r} and that this model accepts images"
-        tries = f" on all {attempt} attempts" if attempt > 1 else ""
-        return ModelError(
-            f"the {self.role} model endpoint {self.base_url} answered HTTP {status}{tries}: "
-            f"{excerpt(exc.message, 300)}; {hint}",
-            status=status,
-            attempts=attempt,
-        )
+        endpoint = f"the {self.role} model endpoint {self.base_url}"
+        return model_error(exc, endpoint=endpoint, model=self.model, attempts=attempt)
 
     async def aclose(self) -> None:
         """Close the HTTP connections; idempotent."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import anthropic
 
-from cubicle.agent.errors import ModelError, excerpt
+from cubicle.agent.errors import ModelError, model_error
 from cubicle.agent.planner import Observation, PastStep
 from cubicle.agent.tool_planner import ToolPlanner
 from cubicle.client.sdk import AsyncDesktop
@@ -93,13 +93,8 @@ class ClaudePlanner(ToolPlanner):
                 messages=self.messages,  # type: ignore[arg-type]
                 betas=[self.computer.beta_flag],
             )
-        except anthropic.APIStatusError as exc:
-            raise ModelError(
-                f"the Anthropic endpoint answered HTTP {exc.status_code}: {excerpt(exc.message)}",
-                status=exc.status_code,
-            ) from exc
-        except (anthropic.APIConnectionError, anthropic.APITimeoutError) as exc:
-            raise ModelError(f"cannot reach the Anthropic endpoint: {exc}") from exc
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
+            raise model_error(exc, endpoint="the Anthropic endpoint", model=self.model) from exc
         blocks = [block.model_dump(exclude_none=True) for block in message.content]
         self.messages.append({"role": "assistant", "content": blocks})
         text = "\n".join(b["text"] for b in blocks if b["type"] == "text").strip()

@@ -8,8 +8,9 @@
     ├── TaskNotFound              no such task on the board (404)
     └── ProfileNotFound           no such model profile on the board (404)
 
-`openai` exceptions are translated into `ModelError` at one boundary, the grounder's (and
-later the planner's) request method, with `raise ModelError(...) from exc`.
+The vendors' exceptions (`openai`, `anthropic`) become `ModelError` where each request is
+made, through one mapping, `model_error`: the same statuses read the same, with the same
+hint, whichever vendor's client answered.
 """
 
 from __future__ import annotations
@@ -61,6 +62,34 @@ class ModelError(AgentError):
         """HTTP status the endpoint answered with; None for timeouts and connection errors."""
         self.attempts = attempts
         """How many requests were made before giving up."""
+
+
+def _hint(status: int, model: str) -> str:
+    if status in (401, 403):
+        return "check the API key"
+    if status == 404:
+        return f"check the base URL (it usually ends in /v1) and the model name {model!r}"
+    if status == 429:
+        return "the endpoint is rate-limiting: slow down or raise its limits"
+    if status >= 500:
+        return f"check the server's log and that it serves {model!r}"
+    return f"check that it serves {model!r} and that this model accepts images"
+
+
+def model_error(exc: Exception, *, endpoint: str, model: str, attempts: int = 1) -> ModelError:
+    """A vendor client's failure as a `ModelError`: an error status (anything with an int
+    `status_code` and a `message`, as both `openai`'s and `anthropic`'s `APIStatusError`
+    have) with a hint for that status, else an endpoint that could not be reached."""
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        tries = f" on all {attempts} attempts" if attempts > 1 else ""
+        message = str(getattr(exc, "message", exc))
+        return ModelError(
+            f"{endpoint} answered HTTP {status}{tries}: {excerpt(message)}; {_hint(status, model)}",
+            status=status,
+            attempts=attempts,
+        )
+    return ModelError(f"cannot reach {endpoint}: {exc}", attempts=attempts)
 
 
 class TaskNotFound(NotFound):

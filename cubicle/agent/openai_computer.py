@@ -15,7 +15,7 @@ from typing import Any
 
 import openai
 
-from cubicle.agent.errors import ModelError, excerpt
+from cubicle.agent.errors import ModelError, model_error
 from cubicle.agent.planner import Observation, PastStep
 from cubicle.agent.tool_planner import ToolPlanner
 from cubicle.client.sdk import AsyncDesktop
@@ -102,13 +102,8 @@ class OpenAIComputerPlanner(ToolPlanner):
                 max_output_tokens=self.max_tokens,
                 truncation="auto",
             )
-        except openai.APIStatusError as exc:
-            raise ModelError(
-                f"the OpenAI endpoint answered HTTP {exc.status_code}: {excerpt(exc.message)}",
-                status=exc.status_code,
-            ) from exc
-        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-            raise ModelError(f"cannot reach the OpenAI endpoint: {exc}") from exc
+        except (openai.APIStatusError, openai.APIConnectionError) as exc:
+            raise model_error(exc, endpoint="the OpenAI endpoint", model=self.model) from exc
         self._previous, self._input = response.id, []
         calls = [item for item in response.output if item.type == "computer_call"]
         text = (response.output_text or "").strip()

@@ -5,13 +5,17 @@ servers speaking the Messages and Responses APIs, through the real `anthropic` a
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
 import httpx
 import pytest
 
-from cubicle import A11yTree
+from cubicle import A11yTree, AsyncDesktop
+from cubicle.agent.claude import ClaudePlanner
+from cubicle.agent.errors import ModelError
+from cubicle.agent.openai_computer import OpenAIComputerPlanner
 from cubicle.guest.a11y import find
 from tests.agent.board_api import FINISHED, add, set_board, wait_status
 from tests.agent.fake_vendors import (
@@ -140,3 +144,32 @@ def test_cubicle_run_takes_the_tool_planners(service: Service, fake_vendor, kind
     assert f"planner {kind}:fake, grounder none" in ran.stdout
     assert "done: Nothing to do." in ran.stdout
     wait_until(lambda: fake_vendor.pending == 0, 5, what="the scripted answer used")
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("planner", "suffix", "name"),
+    [(ClaudePlanner, "", "Anthropic"), (OpenAIComputerPlanner, "/v1", "OpenAI")],
+)
+async def test_a_vendor_failure_reads_the_same_whichever_vendor(
+    service: Service, fake_vendor, planner, suffix, name
+):
+    """Both vendors' errors go through one mapping: the status, the endpoint, a hint."""
+    async with await AsyncDesktop.create(base_url=service.url, token=service.token) as d:
+        refusing = planner(
+            d, "model-x", base_url=fake_vendor.url + suffix, max_retries=0, api_key="k"
+        )
+        with pytest.raises(ModelError) as refused:  # nothing scripted: the fake answers 418
+            await refusing.turn()
+        assert refused.value.status == 418
+        assert f"the {name} endpoint answered HTTP 418" in refused.value.message
+        assert "check that it serves 'model-x'" in refused.value.message
+        down = f"http://127.0.0.1:{_closed_port()}{suffix}"
+        unreachable = planner(d, "model-x", base_url=down, max_retries=0, api_key="k")
+        with pytest.raises(ModelError, match=f"cannot reach the {name} endpoint"):
+            await unreachable.turn()
