@@ -86,7 +86,7 @@ def create_app(
     install_openapi(app)
     limits = {("PUT", r"/api/desktops/[^/]+/files"): settings.max_upload_bytes}
     for room in rooms:
-        limits.update(getattr(room, "body_limits", {}))
+        limits.update(room.body_limits)
     app.add_middleware(Guard, limits=BodyLimits(settings.max_body_bytes, limits))
     app.include_router(desktops.router, dependencies=[Depends(require_token)])
     app.include_router(session.router)

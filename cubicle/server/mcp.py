@@ -48,6 +48,7 @@ class McpRoom:
             Route(PATH, endpoint=endpoint, methods=methods, include_in_schema=False)
         )
         self.routers = (router,)
+        self.body_limits: dict[tuple[str, str], int] = {}
         self._manager: StreamableHTTPSessionManager | None = None
         self._desktops: Desktops | None = None
         self._running = contextlib.AsyncExitStack()

@@ -9,7 +9,7 @@ straight into the app (`cubicle.server.inside`), with no socket and no token.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -75,9 +75,10 @@ class Room(Protocol):
     """A part of the service another package adds: its routes and what it runs."""
 
     routers: Sequence[APIRouter]
-    """Included as they are: each router declares the auth its routes need. A room may
-    also have `body_limits`: the bodies some of its routes take beyond
-    `CUBICLE_MAX_BODY_MB`, (method, path pattern) → bytes (`cubicle.server.api.security`)."""
+    """Included as they are: each router declares the auth its routes need."""
+    body_limits: Mapping[tuple[str, str], int]
+    """The bodies some of its routes take beyond `CUBICLE_MAX_BODY_MB`: (method, path
+    pattern) → bytes (`cubicle.server.api.security`); empty for most rooms."""
 
     async def start(self, services: Services) -> None:
         """Start what the room runs; register what its routes need with `services.add`."""

@@ -210,8 +210,6 @@ _UPLOAD_BODY = {
 """The upload's body as the route reads it: raw bytes (up to CUBICLE_MAX_UPLOAD_MB)."""
 
 
-_DISKS_ON_THIS_HOST = ("local", "microvm")
-"""Runtimes whose desktop disks are sparse files in the service's data directory."""
 _HOST_MARGIN = 16 << 20
 
 
@@ -241,7 +239,7 @@ async def write_file(
     """Write the request body to a file (parents are created)."""
     # `Guard` caps the body at CUBICLE_MAX_UPLOAD_MB, chunked or not (413).
     data = await request.body()
-    if manager.get(desktop_id).runtime in _DISKS_ON_THIS_HOST:
+    if manager.runtime(manager.get(desktop_id).runtime).disks_on_this_host:
         _check_host_room(settings.data_dir, len(data))
     async with manager.lane(desktop_id, LaneName.FILES).slot():
         answer = await guest.request("PUT", "/files", params=params.model_dump(), content=data)

@@ -16,6 +16,7 @@ class EvalRoom:
     """Mounts `/api/evals` and `/api/desktops/{id}/osworld`; feeds runs to the board."""
 
     routers = (evals_api.router, osworld_api.router)
+    body_limits: dict[tuple[str, str], int] = {}  # noqa: RUF012 (read only)
 
     def __init__(self) -> None:
         self.runs: EvalRuns | None = None

@@ -293,6 +293,7 @@ class LiveRoom:
     """The live view as a room of the service (`cubicle.server.services.Room`)."""
 
     routers = (router,)
+    body_limits: dict[tuple[str, str], int] = {}  # noqa: RUF012 (read only)
 
     def __init__(self) -> None:
         self.desktops = LiveDesktops()

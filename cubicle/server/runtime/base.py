@@ -106,6 +106,9 @@ class Runtime(abc.ABC):
     name: str
     places_on_nodes: bool = False
     """Whether it places sandboxes on a cluster's nodes, honouring `SandboxSpec.node_labels`."""
+    disks_on_this_host: bool = True
+    """Whether its desktops' disks are sparse files in this service's data directory (an
+    upload then checks the host has room for it, not only the desktop's own disk)."""
 
     @abc.abstractmethod
     async def start(self, spec: SandboxSpec) -> Sandbox:

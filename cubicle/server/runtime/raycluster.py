@@ -49,6 +49,7 @@ class RayRuntime(Runtime):
 
     name = "ray"
     places_on_nodes = True
+    disks_on_this_host = False  # on the nodes
 
     def __init__(self, settings: Settings) -> None:
         if not settings.ray_address:
