@@ -17,6 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from cubicle.client.code import Execution, ExecutionError, Logs, Result
     from cubicle.client.sdk import (
         AsyncDesktop,
         AsyncServiceClient,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
         Wait,
         WaitForSettle,
     )
+    from cubicle.protocol.code import ContextInfo
     from cubicle.protocol.errors import (
         A11yUnavailable,
         AuthError,
@@ -151,6 +153,8 @@ _HOMES = {
     **dict.fromkeys(
         ("ActionLog", "DesktopInfo", "RecordingInfo", "ShareLink"), "cubicle.protocol.service"
     ),
+    **dict.fromkeys(("Execution", "ExecutionError", "Logs", "Result"), "cubicle.client.code"),
+    "ContextInfo": "cubicle.protocol.code",
 }
 """Each name's module, loaded on first use: a guest daemon starts its X server before it
 loads pydantic and the protocol, and code inside a sandbox never loads the SDK."""
@@ -176,6 +180,7 @@ __all__ = [
     "CapacityReached",
     "Click",
     "Conflict",
+    "ContextInfo",
     "CubicleError",
     "Desktop",
     "DesktopGone",
@@ -186,6 +191,8 @@ __all__ = [
     "DiskFull",
     "Drag",
     "ExecResult",
+    "Execution",
+    "ExecutionError",
     "FileEntry",
     "FileNotFound",
     "Forbidden",
@@ -195,6 +202,7 @@ __all__ = [
     "KeyDown",
     "KeyUp",
     "Launched",
+    "Logs",
     "MouseDown",
     "MouseUp",
     "Move",
@@ -205,6 +213,7 @@ __all__ = [
     "PayloadTooLarge",
     "RecordingInfo",
     "RecordingNotFound",
+    "Result",
     "SandboxError",
     "SandboxStartError",
     "Screen",
