@@ -17,6 +17,7 @@ import httpx
 
 from cubicle.protocol.code import (
     CountEvent,
+    EndEvent,
     ErrorEvent,
     OutputEvent,
     ResultEvent,
@@ -108,6 +109,7 @@ async def run_code(
     """POST a run to `path` and fold its NDJSON events into an `Execution`, calling the
     callbacks as each event arrives."""
     execution = Execution()
+    ended = False
     timeout = httpx.Timeout(request.timeout_s + _START_ALLOWANCE_S, connect=10.0)
     body = request.model_dump(exclude_none=True)
     try:
@@ -116,10 +118,13 @@ async def run_code(
                 raise_for_status(response.status_code, await response.aread())
             async for line in response.aiter_lines():
                 if line:
-                    _fold(execution, code_event_adapter.validate_json(line), on_stdout,
-                          on_stderr, on_result, on_error)  # fmt: skip
+                    event = code_event_adapter.validate_json(line)
+                    ended = isinstance(event, EndEvent)
+                    _fold(execution, event, on_stdout, on_stderr, on_result, on_error)
     except httpx.TransportError as exc:
         raise ServiceUnreachable(f"the run's answer was cut short: {exc!r}") from exc
+    if not ended:
+        raise ServiceUnreachable("the run's answer ended before its end_of_execution event")
     return execution
 
 
