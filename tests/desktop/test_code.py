@@ -5,6 +5,10 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -170,3 +174,20 @@ def test_the_rest_route_answers_ndjson_events(api, desktop):
         "end_of_execution",
     ]
     assert events[2]["text"] == "2" and events[2]["is_main_result"] is True
+
+
+def test_the_readme_analyze_data_flow_runs_as_printed(service, tmp_path):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = re.search(r"<!-- snippet: analyze-data -->\n```python\n(.*?)```", readme, re.S)
+    env = os.environ | {"CUBICLE_URL": service.url, "CUBICLE_TOKEN": service.token}
+    ran = subprocess.run(
+        [sys.executable, "-c", code.group(1)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout == "mean monthly growth: 9.3 %\n"
+    assert Image.open(tmp_path / "sales.png").format == "PNG"
