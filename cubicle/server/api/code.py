@@ -22,7 +22,7 @@ _START_ALLOWANCE_S = 90.0
 """Seconds a run may take beyond its timeout: a kernel's start and an interrupt's grace."""
 
 
-def _check_language(language: str | None) -> None:
+def check_language(language: str | None) -> None:
     if language is not None and language.strip().lower() not in LANGUAGES:
         raise InvalidRequest(
             f"no kernel for language {language!r}: desktops run {', '.join(LANGUAGES)}"
@@ -37,7 +37,7 @@ def _json(content: bytes, status_code: int = 200) -> Response:
 async def run_code(guest: GuestDep, body: RunCode) -> Response:
     """Run code in a context; answers NDJSON events (stdout, stderr, result, error,
     number_of_executions, end_of_execution) as the kernel sends them."""
-    _check_language(body.language)
+    check_language(body.language)
     held = contextlib.AsyncExitStack()
     events = await held.enter_async_context(
         guest.stream("POST", "/code", json=body, read_timeout_s=body.timeout_s + _START_ALLOWANCE_S)
@@ -51,7 +51,7 @@ async def run_code(guest: GuestDep, body: RunCode) -> Response:
 
 @router.post("/{desktop_id}/contexts", status_code=201)
 async def create_context(guest: GuestDep, body: CreateContext) -> ContextInfo:
-    _check_language(body.language)
+    check_language(body.language)
     answer = await guest.request("POST", "/contexts", json=body, timeout_s=_START_ALLOWANCE_S)
     return _json(answer.content, 201)
 
@@ -63,24 +63,24 @@ async def list_contexts(guest: GuestDep) -> list[ContextInfo]:
 
 @router.post("/{desktop_id}/contexts/{context_id}/restart")
 async def restart_context(guest: GuestDep, context_id: str) -> ContextInfo:
-    path = f"/contexts/{_segment(context_id)}/restart"
+    path = f"/contexts/{context_segment(context_id)}/restart"
     return _json((await guest.request("POST", path, timeout_s=_START_ALLOWANCE_S)).content)
 
 
 @router.post("/{desktop_id}/contexts/{context_id}/interrupt", status_code=204)
 async def interrupt_context(guest: GuestDep, context_id: str) -> Response:
     """Interrupt what runs in a context (an endless loop); the context keeps its state."""
-    await guest.request("POST", f"/contexts/{_segment(context_id)}/interrupt")
+    await guest.request("POST", f"/contexts/{context_segment(context_id)}/interrupt")
     return Response(status_code=204)
 
 
 @router.delete("/{desktop_id}/contexts/{context_id}", status_code=204)
 async def delete_context(guest: GuestDep, context_id: str) -> Response:
-    await guest.request("DELETE", f"/contexts/{_segment(context_id)}")
+    await guest.request("DELETE", f"/contexts/{context_segment(context_id)}")
     return Response(status_code=204)
 
 
-def _segment(context_id: str) -> str:
+def context_segment(context_id: str) -> str:
     if not context_id or not all(c.isalnum() or c in "-_." for c in context_id):
         raise InvalidRequest(f"context id {context_id!r} is not a context id")
     return context_id
