@@ -191,3 +191,33 @@ def test_the_readme_analyze_data_flow_runs_as_printed(service, tmp_path):
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.stdout == "mean monthly growth: 9.3 %\n"
     assert Image.open(tmp_path / "sales.png").format == "PNG"
+
+
+def test_an_endless_loop_is_interrupted_from_the_api(api, desktop, d):
+    context = d.create_code_context()
+    base = f"/api/desktops/{desktop['id']}"
+    d.run_code("kept = 7", context=context)
+    with api.stream(
+        "POST", f"{base}/code", json={"code": "while True: pass", "context_id": context.id}
+    ) as answer:
+        lines = answer.iter_lines()
+        assert json.loads(next(lines))["type"] == "number_of_executions"
+        interrupted = api.post(f"{base}/contexts/{context.id}/interrupt")
+        assert interrupted.status_code == 204
+        events = [json.loads(line) for line in lines]
+    assert events[0]["name"] == "KeyboardInterrupt" and events[-1]["type"] == "end_of_execution"
+    assert d.run_code("kept", context=context).text == "7"
+    d.remove_code_context(context)
+
+
+def test_a_caller_that_goes_away_stops_its_run_and_the_context_answers(api, desktop, d):
+    context = d.create_code_context()
+    base = f"/api/desktops/{desktop['id']}"
+    with api.stream(
+        "POST", f"{base}/code", json={"code": "while True: pass", "context_id": context.id}
+    ) as answer:
+        assert json.loads(next(answer.iter_lines()))["type"] == "number_of_executions"
+    started = time.monotonic()
+    assert d.run_code("'free'", context=context, timeout_s=20).text == "'free'"
+    assert time.monotonic() - started < 10
+    d.remove_code_context(context)

@@ -159,7 +159,7 @@ class Context:
 
     async def _silent(self, code: str) -> None:
         """Run set-up code (environment variables) whose output nobody reads."""
-        msg_id = self._client.execute(code, silent=True, store_history=False)
+        msg_id = self._client.execute(code, silent=True, store_history=False, stop_on_error=False)
         with contextlib.suppress(queue.Empty):
             while True:
                 reply = await self._client.get_shell_msg(timeout=10)
@@ -197,7 +197,11 @@ class Context:
 
     async def _events(self, request: RunCode) -> AsyncIterator[BaseModel]:
         client = self._client
-        msg_id = client.execute(request.code, store_history=True, allow_stdin=False)
+        # stop_on_error=False: else ipykernel aborts a request that arrives just after an
+        # error or an interrupt (it answers busy, idle and nothing else), seen as an empty run.
+        msg_id = client.execute(
+            request.code, store_history=True, allow_stdin=False, stop_on_error=False
+        )
         deadline = time.monotonic() + request.timeout_s
         interrupted_at: float | None = None
         passed = 0

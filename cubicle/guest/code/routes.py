@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from pydantic import TypeAdapter
@@ -25,8 +26,11 @@ def code_routes(contexts: Callable[[], Contexts]) -> list[Route]:
         context = await contexts().for_run(run)  # an unknown context or language: 4xx
 
         async def lines():
-            async for event in context.run(run):
-                yield event_line(event)
+            # Closed at once when the caller goes away: the run is interrupted and the
+            # context's lock let go, not left to the garbage collector.
+            async with contextlib.aclosing(context.run(run)) as events:
+                async for event in events:
+                    yield event_line(event)
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 

@@ -13,11 +13,11 @@ import contextlib
 
 from fastapi import APIRouter, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.background import BackgroundTask
 
 from cubicle.protocol.code import CreateContext, RunCode
-from cubicle.protocol.errors import InvalidRequest
+from cubicle.protocol.errors import InvalidRequest, describe_validation
 from cubicle.server.api.code import check_language, context_segment
 from cubicle.server.api.deps import GuestDep
 
@@ -53,13 +53,16 @@ async def execute(guest: GuestDep, body: E2bExecute) -> Response:
     if body.context_id and body.language:
         raise InvalidRequest("context_id and language are exclusive: give one")
     check_language(body.language)
-    run = RunCode(
-        code=body.code,
-        context_id=body.context_id,
-        language=None if body.context_id else body.language or "python",
-        env_vars=body.env_vars or {},
-        timeout_s=_RUN_LIMIT_S,
-    )
+    try:
+        run = RunCode(
+            code=body.code,
+            context_id=body.context_id,
+            language=None if body.context_id else body.language or "python",
+            env_vars=body.env_vars or {},
+            timeout_s=_RUN_LIMIT_S,
+        )
+    except ValidationError as exc:
+        raise InvalidRequest(describe_validation(exc.errors())) from None
     held = contextlib.AsyncExitStack()
     events = await held.enter_async_context(
         guest.stream("POST", "/code", json=run, read_timeout_s=None)
@@ -74,7 +77,10 @@ async def execute(guest: GuestDep, body: E2bExecute) -> Response:
 @router.post("/contexts")
 async def create_context(guest: GuestDep, body: E2bCreateContext) -> Response:
     check_language(body.language)
-    create = CreateContext(language=body.language or "python", cwd=body.cwd)
+    try:
+        create = CreateContext(language=body.language or "python", cwd=body.cwd)
+    except ValidationError as exc:
+        raise InvalidRequest(describe_validation(exc.errors())) from None
     answer = await guest.request("POST", "/contexts", json=create, timeout_s=90)
     return Response(answer.content, media_type="application/json")
 
