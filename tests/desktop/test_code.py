@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from cubicle import AsyncDesktop, Desktop, InvalidRequest, NotFound
+from tests.conftest import create_desktop
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +222,17 @@ def test_a_caller_that_goes_away_stops_its_run_and_the_context_answers(api, desk
     assert d.run_code("'free'", context=context, timeout_s=20).text == "'free'"
     assert time.monotonic() - started < 10
     d.remove_code_context(context)
+
+
+def test_code_past_the_desktops_memory_ends_its_kernel_not_the_desktop(api, service):
+    info = create_desktop(api, memory_mb=768)
+    try:
+        small = Desktop.connect(info["id"], base_url=service.url, token=service.token)
+        run = small.run_code("hog = bytearray(2 * 1024**3)", timeout_s=60)
+        assert run.error.name == "KernelDied", run.error
+        assert small.run_code("6 * 7").text == "42"
+        assert api.get(f"/api/desktops/{info['id']}").json()["status"] == "ready"
+        assert small.screenshot()[:4] == b"\x89PNG"
+        small.close()
+    finally:
+        api.delete(f"/api/desktops/{info['id']}")

@@ -43,6 +43,17 @@ _INTERRUPT_GRACE_S = 5.0
 _POLL_S = 0.5
 """Seconds between checks that the kernel still lives while a run is silent."""
 _START_TIMEOUT_S = 60.0
+_OOM_SCORE_ADJ = 800
+"""A kernel is the first the OOM killer picks in its desktop, before the X server or the
+guest: code that eats the desktop's memory ends its own kernel (reported as `KernelDied`)."""
+_LAUNCH = (
+    f"open('/proc/self/oom_score_adj', 'w').write('{_OOM_SCORE_ADJ}')\n"
+    "import sys\n"
+    "sys.path[:] = [p for p in sys.path if p]\n"  # as ipykernel_launcher: not the cwd
+    "from ipykernel import kernelapp\n"
+    "kernelapp.launch_new_instance()\n"
+)
+"""`python -c` of a kernel: ipykernel_launcher's start, after raising its OOM score."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _FORMATS = {
     "text/plain": "text",
@@ -111,7 +122,7 @@ class Context:
         self._dir = tempfile.mkdtemp(prefix="cubicle-kernel-")
         manager = AsyncKernelManager(connection_file=f"{self._dir}/kernel.json")
         manager._kernel_spec = KernelSpec(
-            argv=[_python(), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            argv=[_python(), "-c", _LAUNCH, "-f", "{connection_file}"],
             display_name="Python 3",
             language="python",
         )
