@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         AsyncDesktop,
         AsyncServiceClient,
         Desktop,
+        Screenshot,
         ServiceClient,
         list_desktops,
     )
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
         FileEntry,
         Launched,
         Screen,
+        ScreenshotInfo,
         WindowInfo,
     )
     from cubicle.protocol.service import ActionLog, DesktopInfo, RecordingInfo, ShareLink
@@ -142,12 +144,20 @@ _HOMES = {
             "FileEntry",
             "Launched",
             "Screen",
+            "ScreenshotInfo",
             "WindowInfo",
         ),
         "cubicle.protocol.models",
     ),
     **dict.fromkeys(
-        ("AsyncDesktop", "AsyncServiceClient", "Desktop", "ServiceClient", "list_desktops"),
+        (
+            "AsyncDesktop",
+            "AsyncServiceClient",
+            "Desktop",
+            "Screenshot",
+            "ServiceClient",
+            "list_desktops",
+        ),
         "cubicle.client.sdk",
     ),
     **dict.fromkeys(
@@ -217,6 +227,8 @@ __all__ = [
     "SandboxError",
     "SandboxStartError",
     "Screen",
+    "Screenshot",
+    "ScreenshotInfo",
     "Scroll",
     "ServiceClient",
     "ServiceUnreachable",

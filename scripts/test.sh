@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what is missing (tests included), check style, then run every test.
+# Install what is missing (tests included), check style and types, then run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
@@ -9,4 +9,5 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy  # [tool.mypy] in pyproject.toml: what it checks, and how strictly
 exec .venv/bin/pytest "$@"

@@ -15,7 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import cubicle
+
+pytestmark = pytest.mark.fast
 
 PACKAGE = Path(cubicle.__file__).parent
 GUEST = PACKAGE / "guest"

@@ -1,7 +1,11 @@
 """The names users import from `desktop` are pinned: changing them is a breaking change."""
 
+import pytest
+
 import cubicle
 from cubicle.protocol import errors
+
+pytestmark = pytest.mark.fast
 
 
 def test_public_names_are_pinned():
@@ -56,6 +60,8 @@ def test_public_names_are_pinned():
         "SandboxError",
         "SandboxStartError",
         "Screen",
+        "Screenshot",
+        "ScreenshotInfo",
         "Scroll",
         "ServiceClient",
         "ServiceUnreachable",

@@ -23,6 +23,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
@@ -42,6 +43,7 @@ from cubicle.protocol.models import (
     ExecResult,
     FileEntry,
     Launched,
+    ScreenshotInfo,
     WindowInfo,
 )
 from cubicle.protocol.service import (
@@ -92,15 +94,36 @@ def _busy_wait_s(response: httpx.Response) -> float | None:
         return 1.0
 
 
+@dataclass(frozen=True)
+class Screenshot:
+    """A screenshot and how its pixels map to the screen."""
+
+    data: bytes
+    """The image, encoded."""
+    format: Literal["png", "jpeg", "webp"]
+    info: ScreenshotInfo
+    """Sizes (screen and image pixels), scale, capture number, pointer position."""
+
+
 class _Api:
     """An authenticated HTTP client for the service: every answer, or a `CubicleError`."""
 
-    def __init__(self, base_url: str | None, token: str | None, timeout_s: float) -> None:
-        self.url, token = service_address(base_url, token)
+    def __init__(
+        self,
+        base_url: str | None,
+        token: str | None,
+        timeout_s: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if transport is None:
+            self.url, token = service_address(base_url, token)
+        else:  # the transport reaches the service its own way: it may need no token
+            self.url = (base_url or "http://cubicle").rstrip("/")
         self.http = httpx.AsyncClient(
             base_url=self.url,
-            headers={"Authorization": f"Bearer {token}"},
+            headers={"Authorization": f"Bearer {token}"} if token else {},
             timeout=httpx.Timeout(timeout_s, connect=10.0),
+            transport=transport,
         )
 
     async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -207,9 +230,11 @@ class AsyncDesktop:
         runtime: str | None = None,
         base_url: str | None = None,
         token: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> AsyncDesktop:
-        """Start a new desktop; returns once it is drawn."""
-        api = _Api(base_url, token, timeout_s=120)
+        """Start a new desktop; returns once it is drawn. `transport`: how requests reach
+        the service (httpx's), for a program that holds the service in process."""
+        api = _Api(base_url, token, timeout_s=120, transport=transport)
         request = CreateDesktop(
             resolution=resolution,
             timeout_s=timeout_s,
@@ -228,10 +253,15 @@ class AsyncDesktop:
 
     @classmethod
     async def connect(
-        cls, desktop_id: str, *, base_url: str | None = None, token: str | None = None
+        cls,
+        desktop_id: str,
+        *,
+        base_url: str | None = None,
+        token: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> AsyncDesktop:
-        """Attach to a desktop that already runs."""
-        api = _Api(base_url, token, timeout_s=120)
+        """Attach to a desktop that already runs (`transport`: as in `create`)."""
+        api = _Api(base_url, token, timeout_s=120, transport=transport)
         try:
             path = f"/api/desktops/{quote(desktop_id, safe='')}"  # any text: a 404, not a bad URL
             info = await api.model(DesktopInfo, "GET", path)
@@ -349,10 +379,27 @@ class AsyncDesktop:
         max_height: int | None = None,
         cursor: bool = False,
     ) -> bytes:
-        """The screen as image bytes."""
+        """The screen as image bytes (`screenshot_with_info` also says how they map to it)."""
+        shot = await self.screenshot_with_info(
+            format, quality=quality, max_width=max_width, max_height=max_height, cursor=cursor
+        )
+        return shot.data
+
+    async def screenshot_with_info(
+        self,
+        format: Literal["png", "jpeg", "webp"] = "png",
+        *,
+        quality: int = 80,
+        max_width: int | None = None,
+        max_height: int | None = None,
+        cursor: bool = False,
+    ) -> Screenshot:
+        """The screen as image bytes with how its pixels map to the screen (`scale`, sizes,
+        the capture it shows, where the pointer was when `cursor=True`)."""
         params: dict[str, Any] = {"format": format, "quality": quality, "cursor": cursor}
         params |= {k: v for k, v in (("max_width", max_width), ("max_height", max_height)) if v}
-        return (await self._call("GET", "screenshot", params=params)).content
+        response = await self._call("GET", "screenshot", params=params)
+        return Screenshot(response.content, format, ScreenshotInfo.from_headers(response.headers))
 
     async def get_screen_size(self) -> Point:
         return self.info.screen.width, self.info.screen.height
@@ -511,9 +558,15 @@ class AsyncServiceClient:
     failure a `CubicleError` (`ServiceUnreachable` when the service does not answer)."""
 
     def __init__(
-        self, *, base_url: str | None = None, token: str | None = None, timeout_s: float = 120.0
+        self,
+        *,
+        base_url: str | None = None,
+        token: str | None = None,
+        timeout_s: float = 120.0,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._api = _Api(base_url, token, timeout_s)
+        """`transport`: as in `AsyncDesktop.create`."""
+        self._api = _Api(base_url, token, timeout_s, transport)
 
     @property
     def url(self) -> str:
@@ -633,6 +686,7 @@ class Desktop:
     wait = _blocking(AsyncDesktop.wait)
     wait_for_settle = _blocking(AsyncDesktop.wait_for_settle)
     screenshot = _blocking(AsyncDesktop.screenshot)
+    screenshot_with_info = _blocking(AsyncDesktop.screenshot_with_info)
     get_screen_size = _blocking(AsyncDesktop.get_screen_size)
     get_cursor_position = _blocking(AsyncDesktop.get_cursor_position)
     get_windows = _blocking(AsyncDesktop.get_windows)

@@ -34,8 +34,10 @@ from cubicle.protocol.errors import (
     DesktopGone,
     InvalidRequest,
     PayloadTooLarge,
+    answer_for,
     describe_validation,
 )
+from cubicle.protocol.lanes import LaneName
 from cubicle.protocol.models import (
     A11yQuery,
     ClipboardText,
@@ -47,6 +49,7 @@ from cubicle.protocol.models import (
     LaunchRequest,
     OpenRequest,
     Screen,
+    ScreenshotInfo,
     ScreenshotQuery,
     WindowInfo,
     WindowOpPath,
@@ -60,17 +63,10 @@ _windows = TypeAdapter(list[WindowInfo])
 
 
 async def _on_error(_: Request, exc: Exception) -> Response:
-    if isinstance(exc, CubicleError):
-        return error_answer(exc)
-    if isinstance(exc, HTTPException):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        content = f'{{"error": "{code}", "detail": "{exc.detail}"}}'
-        return Response(content, exc.status_code, media_type="application/json")
-    log.exception("unexpected error", exc_info=exc)
-    detail = f"{type(exc).__name__}: see the desktop's log"
-    return Response(
-        f'{{"error": "internal_error", "detail": "{detail}"}}', 500, media_type="application/json"
-    )
+    answer = answer_for(exc, log_hint="the desktop's log")
+    if answer.status == 500:
+        log.exception("unexpected error", exc_info=exc)
+    return Response(answer.json(), answer.status, answer.headers, media_type="application/json")
 
 
 class RequireSecret:
@@ -148,7 +144,7 @@ class GuestRoutes:
     async def screenshot(self, request: Request) -> Response:
         params = query(request, ScreenshotQuery)
         guest = self.alive()
-        async with guest.lanes["screenshot"].slot():
+        async with guest.lanes[LaneName.SCREENSHOT].slot():
             await guest.input_processed()  # a click just answered is in the picture's past
             shot = await guest.screen.screenshot(
                 params.image_format,
@@ -157,18 +153,17 @@ class GuestRoutes:
                 max_height=params.max_height,
                 cursor=params.cursor,
             )
-        headers = {
-            "X-Screen-Width": str(guest.width),
-            "X-Screen-Height": str(guest.height),
-            "X-Image-Width": str(shot.width),
-            "X-Image-Height": str(shot.height),
-            "X-Scale": f"{shot.scale:.6f}",
-            "X-Screenshot-Cache": "hit" if shot.cached else "miss",
-            "X-Capture": str(shot.capture),
-            "Cache-Control": "no-store",
-        }
-        if shot.cursor_at is not None:
-            headers["X-Cursor"] = "{},{}".format(*shot.cursor_at)
+        info = ScreenshotInfo(
+            screen_width=guest.width,
+            screen_height=guest.height,
+            image_width=shot.width,
+            image_height=shot.height,
+            scale=shot.scale,
+            capture=shot.capture,
+            cached=shot.cached,
+            cursor=shot.cursor_at,
+        )
+        headers = {**info.headers(), "Cache-Control": "no-store"}
         return Response(shot.data, media_type=shot.content_type, headers=headers)
 
     async def cursor(self, request: Request) -> Response:
@@ -195,7 +190,7 @@ class GuestRoutes:
     async def accessibility(self, request: Request) -> Response:
         params = query(request, A11yQuery)
         guest = self.alive()
-        async with guest.lanes["a11y"].slot():
+        async with guest.lanes[LaneName.A11Y].slot():
             tree = await asyncio.to_thread(
                 a11y.snapshot, app=params.app, max_depth=params.max_depth
             )
@@ -221,7 +216,7 @@ class GuestRoutes:
         system = self.guest.system
         resolved, entry = system.stat_path(path)
         if entry.type == "dir":
-            async with self.guest.lanes["files"].slot():
+            async with self.guest.lanes[LaneName.FILES].slot():
                 listing = await asyncio.to_thread(system.list_dir, resolved)
             return Response(_entries.dump_json(listing), media_type="application/json")
         return FileResponse(resolved, media_type="application/octet-stream")
@@ -238,7 +233,7 @@ class GuestRoutes:
             data += chunk
             if len(data) > limit:
                 raise PayloadTooLarge(f"upload is over the {limit}-byte limit")
-        async with self.guest.lanes["files"].slot():
+        async with self.guest.lanes[LaneName.FILES].slot():
             return answer(await asyncio.to_thread(system.write, path, bytes(data)))
 
     async def delete_file(self, request: Request) -> Response:

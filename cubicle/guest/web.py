@@ -11,9 +11,8 @@ from starlette.responses import Response
 from cubicle.protocol.errors import (
     CubicleError,
     InvalidRequest,
+    answer_for,
     describe_validation,
-    error_json,
-    status_for,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -40,4 +39,5 @@ def answer(model: BaseModel, status_code: int = 200) -> Response:
 
 
 def error_answer(exc: CubicleError) -> Response:
-    return Response(error_json(exc), status_for(exc), media_type="application/json")
+    answer = answer_for(exc, log_hint="the desktop's log")
+    return Response(answer.json(), answer.status, answer.headers, media_type="application/json")

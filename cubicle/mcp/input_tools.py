@@ -39,7 +39,7 @@ async def _send(
     except OffScreen as exc:
         raise held_desktop.frame.off_screen(exc) from exc
     frame = held_desktop.frame
-    data = {"desktop_id": desktop_id, "frame": [frame.width, frame.height]}
+    data: dict[str, object] = {"desktop_id": desktop_id, "frame": [frame.width, frame.height]}
     data["elapsed_ms"] = round(response.elapsed_ms, 1)
     if any(r.settled is not None for r in response.results):
         data["settled"] = bool(response.results[-1].settled)

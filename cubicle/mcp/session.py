@@ -1,8 +1,9 @@
 """What the MCP tools share: the service they reach, the desktops they hold, each desktop's
 frame, and how results and errors are shaped.
 
-The MCP server is a client of the REST API like any other (the SDK over HTTP), whether it
-runs as `cubicle mcp` beside the service or inside it at `/mcp`: one door to the desktops.
+The MCP server is a client of the REST API like any other (the SDK), whether it runs as
+`cubicle mcp` beside the service (over HTTP, with the token) or inside it at `/mcp` (through
+the service's in-process door, with no token): one way to the desktops.
 """
 
 from __future__ import annotations
@@ -19,13 +20,8 @@ import httpx
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ImageContent, TextContent
 
-from cubicle.client.sdk import AsyncDesktop
-from cubicle.protocol.errors import (
-    CubicleError,
-    DesktopNotFound,
-    DesktopUnavailable,
-    raise_for_status,
-)
+from cubicle.client.sdk import AsyncDesktop, AsyncServiceClient
+from cubicle.protocol.errors import CubicleError, DesktopNotFound, DesktopUnavailable
 from cubicle.tools.frame import Frame
 
 _KEPT = 64
@@ -34,10 +30,12 @@ _KEPT = 64
 
 @dataclass(frozen=True, slots=True)
 class Connection:
-    """Where the service is and the token it takes."""
+    """Where the service is and the token it takes; or, inside the service, the transport
+    that sends requests into it (`cubicle.server.inside`), with no token."""
 
     base_url: str
-    token: str
+    token: str | None
+    transport: httpx.AsyncBaseTransport | None = None
 
     @classmethod
     def resolve(cls, base_url: str | None = None, token: str | None = None) -> Connection:
@@ -66,12 +64,14 @@ class Desktops:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self._held: OrderedDict[str, Held] = OrderedDict()
-        self._http: httpx.AsyncClient | None = None
+        self._service: AsyncServiceClient | None = None
+
+    def _where(self) -> dict[str, Any]:
+        c = self.connection
+        return {"base_url": c.base_url, "token": c.token, "transport": c.transport}
 
     async def create(self, **options: Any) -> Held:
-        desktop = await AsyncDesktop.create(
-            base_url=self.connection.base_url, token=self.connection.token, **options
-        )
+        desktop = await AsyncDesktop.create(**self._where(), **options)
         return await self._keep(desktop)
 
     async def get(self, desktop_id: str) -> Held:
@@ -79,9 +79,7 @@ class Desktops:
         if held is not None:
             self._held.move_to_end(desktop_id)
             return held
-        desktop = await AsyncDesktop.connect(
-            desktop_id, base_url=self.connection.base_url, token=self.connection.token
-        )
+        desktop = await AsyncDesktop.connect(desktop_id, **self._where())
         return await self._keep(desktop)
 
     async def _keep(self, desktop: AsyncDesktop) -> Held:
@@ -97,30 +95,23 @@ class Desktops:
         if held is not None:
             await held.desktop.close()
 
-    @property
-    def http(self) -> httpx.AsyncClient:
-        """A client of the service's other APIs (the board), with the token."""
-        if self._http is None:
-            headers = {"Authorization": f"Bearer {self.connection.token}"}
-            self._http = httpx.AsyncClient(
-                base_url=self.connection.base_url, headers=headers, timeout=60
-            )
-        return self._http
-
-    async def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """A JSON call to the service; its error as the `CubicleError` it carries."""
-        response = await self.http.request(method, path, **kwargs)
-        raise_for_status(response.status_code, response.content)
-        return response.json() if response.content else None
+    async def call(
+        self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
+    ) -> Any:
+        """A JSON call to the service's other APIs (the board); its error as the
+        `CubicleError` it carries."""
+        if self._service is None:
+            self._service = AsyncServiceClient(**self._where(), timeout_s=60)
+        return await self._service.request(method, path, json=json, params=params)
 
     async def stop(self) -> None:
         """Close every connection; idempotent."""
         while self._held:
             _, held = self._held.popitem()
             await held.desktop.close()
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        if self._service is not None:
+            await self._service.close()
+            self._service = None
 
 
 def result(

@@ -108,7 +108,7 @@ class _Stream:
         self.credit = WINDOW
         self.room = asyncio.Event()
         self.inbox: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task[None]] = []
         self.writer: asyncio.StreamWriter | None = None
 
 
@@ -146,7 +146,7 @@ class Mux:
             asyncio.create_task(self._inbound(stream, writer), name=f"mux-in-{stream.number}"),
         ]
         for task in stream.tasks:
-            task.add_done_callback(lambda _, s=stream: self._maybe_done(s))
+            task.add_done_callback(lambda _: self._maybe_done(stream))
 
     def deliver(self, kind: Kind, number: int, payload: bytes) -> None:
         """Hand a received stream frame to its stream (frames of unknown streams are dropped:

@@ -38,6 +38,10 @@ know, into the branch of its status: `NotFound` for a 404).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
 from pydantic import BaseModel
 
 
@@ -261,10 +265,10 @@ class ErrorBody(BaseModel):
         return error
 
 
-def describe_validation(problems: list[dict]) -> str:
+def describe_validation(problems: Sequence[Mapping[str, Any]]) -> str:
     """One line for pydantic's validation errors: where, and what is wrong (first five)."""
 
-    def one(problem: dict) -> str:
+    def one(problem: Mapping[str, Any]) -> str:
         where = ".".join(str(part) for part in problem.get("loc", ()) if part != "body")
         if problem.get("type") == "json_invalid":
             reason = problem.get("ctx", {}).get("error", "parse error")
@@ -299,3 +303,45 @@ def raise_for_status(status: int, content: bytes) -> None:
 def error_json(exc: CubicleError) -> bytes:
     """The `ErrorBody` of `exc` as JSON bytes."""
     return ErrorBody.of(exc).model_dump_json().encode()
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+"""Codes of the plain HTTP errors a router raises itself (no route, wrong method)."""
+
+
+@dataclass(frozen=True)
+class ErrorAnswer:
+    """What an HTTP server answers for an error: status, `ErrorBody`, extra headers."""
+
+    status: int
+    body: ErrorBody
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def json(self) -> bytes:
+        return self.body.model_dump_json().encode()
+
+
+def answer_for(exc: BaseException, *, log_hint: str) -> ErrorAnswer:
+    """The one mapping from an error to its answer, for the guest and the service alike.
+
+    A `CubicleError` answers with its code and the status of its class (`STATUS`), plus
+    `WWW-Authenticate` or `Retry-After` where its class calls for them. A router's own HTTP
+    error (anything with an int `status_code` and a `detail`, e.g. Starlette's
+    `HTTPException`) keeps its status. Anything else is a 500 `internal_error` whose detail
+    names the exception's type and `log_hint` (where its traceback was logged), never its
+    message, which may hold what the caller should not see.
+    """
+    if isinstance(exc, CubicleError):
+        headers: dict[str, str] = {}
+        if isinstance(exc, AuthError):
+            headers["WWW-Authenticate"] = "Bearer"
+        elif isinstance(exc, Busy):
+            headers["Retry-After"] = str(exc.retry_after_s)
+        return ErrorAnswer(status_for(exc), ErrorBody.of(exc), headers)
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and hasattr(exc, "detail"):
+        code = _HTTP_CODES.get(status, "http_error")
+        headers = dict(getattr(exc, "headers", None) or {})
+        return ErrorAnswer(status, ErrorBody(error=code, detail=str(exc.detail)), headers)
+    detail = f"{type(exc).__name__}: see {log_hint}"
+    return ErrorAnswer(500, ErrorBody(error="internal_error", detail=detail))

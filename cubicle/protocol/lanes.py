@@ -11,14 +11,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from enum import StrEnum
 
 from cubicle.protocol.errors import Busy
+
+
+class LaneName(StrEnum):
+    """The slow kinds of call that take a lane, on both sides."""
+
+    SCREENSHOT = "screenshot"
+    FILES = "files"
+    A11Y = "a11y"
 
 
 class Lane:
     """At most `running` calls at once; at most `waiting` more wait; others get `Busy`."""
 
-    def __init__(self, name: str, *, running: int, waiting: int, max_wait_s: float) -> None:
+    def __init__(self, name: LaneName, *, running: int, waiting: int, max_wait_s: float) -> None:
         self.name = name
         self.running = running
         self.waiting = waiting
@@ -55,10 +64,10 @@ class Lane:
         )
 
 
-LANES: dict[str, tuple[int, int, float]] = {
-    "screenshot": (2, 16, 2.0),
-    "files": (2, 8, 10.0),
-    "a11y": (1, 4, 10.0),
+LANES: dict[LaneName, tuple[int, int, float]] = {
+    LaneName.SCREENSHOT: (2, 16, 2.0),
+    LaneName.FILES: (2, 8, 10.0),
+    LaneName.A11Y: (1, 4, 10.0),
 }
 """Each slow kind of call, per desktop: (how many run at once, how many more may wait, the
 longest one waits in seconds).
@@ -68,7 +77,7 @@ the same desktop still get their pictures in turn; more than that, or a desktop 
 keep up, and callers hear `Busy` rather than wait ever longer."""
 
 
-def desktop_lanes() -> dict[str, Lane]:
+def desktop_lanes() -> dict[LaneName, Lane]:
     """A fresh set of lanes for one desktop."""
     return {
         kind: Lane(kind, running=running, waiting=waiting, max_wait_s=wait_s)

@@ -3,6 +3,7 @@ plane and the SDK (the wire between host and sandbox; see docs/protocol.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -259,3 +260,70 @@ class FramesQuery(BaseModel):
 
     fps: Annotated[int, Field(ge=1, le=60)] = 30
     """Most frames per second sent; frames go only when the screen changes."""
+
+
+SCREENSHOT_HEADERS = {
+    "screen_width": "x-screen-width",
+    "screen_height": "x-screen-height",
+    "image_width": "x-image-width",
+    "image_height": "x-image-height",
+    "scale": "x-scale",
+    "capture": "x-capture",
+    "cached": "x-screenshot-cache",
+    "cursor": "x-cursor",
+}
+"""Each `ScreenshotInfo` field and the header that carries it beside the image bytes."""
+
+
+class ScreenshotInfo(BaseModel):
+    """How a screenshot's pixels map to the screen, sent as headers beside the image
+    (`SCREENSHOT_HEADERS`) and read back by the SDK (`AsyncDesktop.screenshot_with_info`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    screen_width: int
+    """Screen pixels."""
+    screen_height: int
+    """Screen pixels."""
+    image_width: int
+    """Image pixels."""
+    image_height: int
+    """Image pixels."""
+    scale: float
+    """Screen pixels per image pixel: screen_x = image_x × scale (2.0: a half-size image)."""
+    capture: int
+    """Which capture of the screen the picture shows: two pictures with the same number show
+    the same pixels (nothing was drawn between them)."""
+    cached: bool
+    """The guest reused its last encoding of an unchanged screen."""
+    cursor: tuple[int, int] | None = None
+    """Where the pointer was, screen pixels, when it was drawn in (`cursor=True`)."""
+
+    def headers(self) -> dict[str, str]:
+        """The headers that carry this beside the image."""
+        values = {
+            "screen_width": str(self.screen_width),
+            "screen_height": str(self.screen_height),
+            "image_width": str(self.image_width),
+            "image_height": str(self.image_height),
+            "scale": f"{self.scale:.6f}",
+            "capture": str(self.capture),
+            "cached": "hit" if self.cached else "miss",
+        }
+        if self.cursor is not None:
+            values["cursor"] = "{},{}".format(*self.cursor)
+        return {SCREENSHOT_HEADERS[name]: value for name, value in values.items()}
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str]) -> ScreenshotInfo:
+        """Read back from an answer's headers (names in any case, as HTTP allows)."""
+        lower = {name.lower(): value for name, value in headers.items()}
+        values = {name: lower.get(header) for name, header in SCREENSHOT_HEADERS.items()}
+        cursor = values.pop("cursor")
+        return cls.model_validate(
+            {
+                **values,
+                "cached": values["cached"] == "hit",
+                "cursor": tuple(int(v) for v in cursor.split(",")) if cursor else None,
+            }
+        )

@@ -24,6 +24,7 @@ from cubicle.server.api.auth import load_or_create_token, require_token
 from cubicle.server.api.errors import install as install_error_handlers
 from cubicle.server.api.openapi import install as install_openapi
 from cubicle.server.api.security import BodyLimits, Guard
+from cubicle.server.inside import InProcessTransport
 from cubicle.server.manager import SandboxManager
 from cubicle.server.services import Room, Services
 from cubicle.server.settings import Settings, get_settings
@@ -58,6 +59,7 @@ def create_app(
         manager = SandboxManager(settings)
         token = load_or_create_token(settings.data_dir, settings.token)
         services = Services(settings, token, manager, ShareLinks(manager.events))
+        services.door = InProcessTransport(app, {"services": services})
         await manager.start()
         started: list[Room] = []
         try:

@@ -32,7 +32,7 @@ from cubicle.protocol.errors import (
     InvalidRequest,
     SandboxStartError,
 )
-from cubicle.protocol.lanes import Lane, desktop_lanes
+from cubicle.protocol.lanes import Lane, LaneName, desktop_lanes
 from cubicle.protocol.models import Screen
 from cubicle.protocol.service import (
     ActionSource,
@@ -79,7 +79,7 @@ class _Desktop:
     watcher: asyncio.Task | None = None
     degraded: str | None = None
     """The guest's last `degraded` report: what broke inside and what it did about it."""
-    lanes: dict[str, Lane] = field(default_factory=desktop_lanes)
+    lanes: dict[LaneName, Lane] = field(default_factory=desktop_lanes)
     """Bounded lines for the desktop's slow calls (`cubicle.protocol.lanes`)."""
 
     def info(self) -> DesktopInfo:
@@ -415,8 +415,8 @@ class SandboxManager:
             record.last_used = time.monotonic()
         return record.client
 
-    def lane(self, desktop_id: str, kind: str) -> Lane:
-        """The desktop's lane for a slow kind of call: `screenshot`, `files` or `a11y`."""
+    def lane(self, desktop_id: str, kind: LaneName) -> Lane:
+        """The desktop's lane for a slow kind of call."""
         return self._record(desktop_id).lanes[kind]
 
     async def run_actions(

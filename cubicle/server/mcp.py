@@ -1,9 +1,9 @@
 """`/mcp` on the service: the MCP server over streamable HTTP, behind the service's token.
 
-`cubicle serve` passes `McpRoom()` among its rooms; once the service knows its address and
-token, the room builds the MCP server (a client of the service's own REST API, as the board
-is) and runs its session manager until the service stops. Requests without the service's
-token get the API's usual 401 before MCP sees them.
+`cubicle serve` passes `McpRoom()` among its rooms; once the service starts, the room builds
+the MCP server (a client of the service's own REST API through its in-process door, as the
+board is: no socket, no token) and runs its session manager until the service stops.
+Requests without the service's token get the API's usual 401 before MCP sees them.
 """
 
 from __future__ import annotations
@@ -21,17 +21,12 @@ from starlette.types import Receive, Scope, Send
 from cubicle.mcp.server import build_server
 from cubicle.mcp.session import Connection, Desktops
 from cubicle.protocol.errors import CubicleError, DesktopUnavailable, Forbidden
+from cubicle.server import inside
 from cubicle.server.api.auth import access_of
 from cubicle.server.api.errors import response_for
 from cubicle.server.services import Services
 
 PATH = "/mcp"
-
-
-def _loopback_url(host: str, port: int) -> str:
-    """The service's own address as its MCP server reaches it (loopback for a wildcard)."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 class _Asgi:
@@ -58,8 +53,7 @@ class McpRoom:
         self._running = contextlib.AsyncExitStack()
 
     async def start(self, services: Services) -> None:
-        settings = services.settings
-        connection = Connection(_loopback_url(settings.host, settings.port), services.token)
+        connection = Connection(inside.URL, None, services.transport)
         self._desktops = Desktops(connection)
         server = build_server(self._desktops)
         # The token guards the route; a Host check would only refuse the remote clients the

@@ -2,18 +2,22 @@
 
 Routes reach them through FastAPI dependencies (`cubicle.server.api.deps`); other rooms add their
 own long-lived objects as `Room`s (the live view, the agent's board), which `create_app`
-starts after the manager and stops before it.
+starts after the manager and stops before it. A room that drives desktops does it with the
+SDK through the in-process door (`desktop`, `create_desktop`, `client`): its requests go
+straight into the app (`cubicle.server.inside`), with no socket and no token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fastapi import APIRouter
 from starlette.requests import HTTPConnection
 
+from cubicle.client.sdk import AsyncDesktop, AsyncServiceClient
+from cubicle.server import inside
 from cubicle.server.manager import SandboxManager
 from cubicle.server.settings import Settings
 from cubicle.server.shares import ShareLinks
@@ -31,7 +35,29 @@ class Services:
     manager: SandboxManager
     shares: ShareLinks
     """Every share link (`cubicle.server.shares`): made by the live view, checked by auth."""
+    door: inside.InProcessTransport | None = None
+    """Requests from the service to itself (`cubicle.server.inside`); set by the lifespan."""
     _rooms: dict[type, object] = field(default_factory=dict)
+
+    @property
+    def transport(self) -> inside.InProcessTransport:
+        if self.door is None:
+            raise RuntimeError("the service's in-process door opens with its lifespan")
+        return self.door
+
+    async def create_desktop(self, **options: Any) -> AsyncDesktop:
+        """A new desktop, driven in process; takes `AsyncDesktop.create`'s options."""
+        return await AsyncDesktop.create(base_url=inside.URL, transport=self.transport, **options)
+
+    async def desktop(self, desktop_id: str) -> AsyncDesktop:
+        """A desktop that runs, driven in process (`DesktopNotFound` if there is none)."""
+        return await AsyncDesktop.connect(desktop_id, base_url=inside.URL, transport=self.transport)
+
+    def client(self, timeout_s: float = 120.0) -> AsyncServiceClient:
+        """A client of the service's other routes (the board's…), in process."""
+        return AsyncServiceClient(
+            base_url=inside.URL, timeout_s=timeout_s, transport=self.transport
+        )
 
     def add(self, room: object) -> None:
         """Make a room's object findable by its type (`get`)."""

@@ -265,7 +265,7 @@ class AnthropicComputer:
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": get("id")}
         if get("toolset_name"):
             result["toolset_name"] = get("toolset_name")
-        tool_input = get("input")
+        tool_input: Any = get("input")  # a dict, or the SDK's model of one
         if hasattr(tool_input, "model_dump"):
             tool_input = tool_input.model_dump(exclude_none=True)
         try:

@@ -86,7 +86,7 @@ def held(modifiers: Sequence[str], inner: Sequence[a.Action]) -> tuple[a.Action,
 
 def waits(ms: int) -> list[a.Action]:
     """A wait of `ms` milliseconds as `Wait` actions (each at most the API's 60 s)."""
-    chunks = []
+    chunks: list[a.Action] = []
     while ms > 0:
         chunks.append(a.Wait(ms=min(ms, 60_000)))
         ms -= 60_000

@@ -9,6 +9,8 @@ import pytest
 from cubicle.protocol.board import NewTask, TaskMove
 from cubicle.server.board.db import MIGRATIONS, TaskDB
 
+pytestmark = pytest.mark.fast
+
 
 def queue(db: TaskDB) -> list[str]:
     return [task.text for task in db.list(["queued"], 0, 100)[0]]

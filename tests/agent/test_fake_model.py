@@ -11,6 +11,8 @@ import pytest
 
 from tests.agent.fake_model import UNSCRIPTED_STATUS, FakeModelServer, Turn
 
+pytestmark = pytest.mark.fast
+
 
 def client(server: FakeModelServer) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=server.url, api_key="k", max_retries=0, timeout=5)

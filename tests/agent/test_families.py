@@ -12,6 +12,8 @@ from cubicle.agent.errors import GroundingError
 from cubicle.agent.grounding.families import FAMILIES, get_family
 from cubicle.protocol.errors import InvalidRequest
 
+pytestmark = pytest.mark.fast
+
 SMALL = (1280, 800)
 BIG = (1920, 1080)
 

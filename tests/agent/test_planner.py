@@ -20,6 +20,8 @@ from cubicle.protocol.errors import InvalidRequest
 from cubicle.protocol.models import A11yNode, A11yTree
 from tests.agent.fake_model import FakeModelServer, Turn
 
+pytestmark = pytest.mark.fast
+
 TASK = "Write a haiku in the text editor and save it as ~/haiku.txt"
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 import cubicle.agent
 import cubicle.agent.grounding
 from cubicle.protocol import errors
+
+pytestmark = pytest.mark.fast
 
 
 def test_public_names_are_pinned():

@@ -7,6 +7,8 @@ import pytest
 from cubicle.agent.grounding.resize import UI_TARS_MIN_PIXELS, smart_resize
 from cubicle.protocol.errors import InvalidRequest
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize(
     ("width", "height", "expected_width", "expected_height"),

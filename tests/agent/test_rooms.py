@@ -11,7 +11,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import cubicle
+
+pytestmark = pytest.mark.fast
 
 PACKAGE = Path(cubicle.__file__).parent
 AGENT_SIDE = ["agent", "evals", "server/board", "server/evals"]

@@ -15,6 +15,8 @@ from cubicle.agent.grounding import VlmGrounder
 from cubicle.protocol.errors import InvalidRequest
 from tests.agent.fake_model import FakeModelServer, Turn
 
+pytestmark = pytest.mark.fast
+
 FAST = {"retry_backoff_s": 0.01}
 """Retry quickly where the backoff schedule is not what a test checks."""
 

@@ -15,6 +15,8 @@ from packaging.version import Version
 
 from cubicle.server.settings import Settings
 
+pytestmark = pytest.mark.fast
+
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 KUBERNETES = kubernetes_validate.utils.latest_version()
 

@@ -19,6 +19,8 @@ from cubicle.guest.app import RequireSecret
 from cubicle.protocol.errors import AuthError, CubicleError, GuestUnreachable, NotFound
 from cubicle.server.guest_client import GuestClient, GuestEndpoint
 
+pytestmark = pytest.mark.fast
+
 
 async def _echo(request: Request) -> Response:
     body = await request.body()

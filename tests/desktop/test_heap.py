@@ -9,6 +9,8 @@ import pytest
 
 from cubicle.server.heap import HeapTrim, malloc_trim
 
+pytestmark = pytest.mark.fast
+
 
 def _rss_mb() -> float:
     with open("/proc/self/status") as status:

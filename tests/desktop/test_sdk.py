@@ -138,3 +138,19 @@ async def test_an_unreachable_service_is_a_cubicle_error_that_says_what_to_do():
         await AsyncDesktop.create(base_url=f"http://127.0.0.1:{free_port()}", token="t")
     with pytest.raises(ServiceUnreachable):
         await list_desktops(base_url=f"http://127.0.0.1:{free_port()}", token="t")
+
+
+def test_a_screenshot_says_how_its_pixels_map_to_the_screen(service):
+    with Desktop.create(base_url=service.url, token=service.token) as d:
+        d.move_mouse(300, 220)
+        half = d.screenshot_with_info("jpeg", max_width=640, cursor=True)
+        assert half.format == "jpeg"
+        assert Image.open(io.BytesIO(half.data)).size == (640, 400)
+        info = half.info
+        assert (info.screen_width, info.screen_height) == d.get_screen_size()
+        assert (info.image_width, info.image_height) == (640, 400)
+        assert info.scale == pytest.approx(2.0)
+        assert info.cursor == (300, 220)
+        whole = d.screenshot_with_info()
+        assert whole.info.scale == pytest.approx(1.0) and whole.info.cursor is None
+        assert Image.open(io.BytesIO(whole.data)).size == d.get_screen_size()

@@ -8,6 +8,8 @@ from cubicle.guest.keys import parse_combo, resolve_key
 from cubicle.protocol import actions as a
 from cubicle.server.live.keys import NAMED, KeyboardState
 
+pytestmark = pytest.mark.fast
+
 
 def press(state: KeyboardState, key: str, code: str = "", **flags) -> list[a.Action]:
     return state.translate(key=key, code=code, down=True, **flags)

@@ -6,8 +6,12 @@ import asyncio
 import itertools
 import time
 
+import pytest
+
 from cubicle.server.live.hub import QUEUE_SECONDS, FrameHub
 from tests.streaming.pattern_source import PatternFrames
+
+pytestmark = pytest.mark.fast
 
 
 async def take(subscription, count: int, timeout_s: float = 10.0) -> list:

@@ -8,12 +8,15 @@ import time
 
 import av
 import numpy as np
+import pytest
 
 from cubicle.protocol import actions as a
 from cubicle.server.live.hub import FrameHub
 from cubicle.server.live.overlay import Caption, Marker, OverlayMessage, Ripple, ScrollMark, Trail
 from cubicle.server.live.recording import Recorder
 from tests.streaming.test_recorder import StillScreen
+
+pytestmark = pytest.mark.fast
 
 MAGENTA = np.array((230, 40, 120))
 """The agent's colour (`cubicle.server.live.burnin.COLOURS["api"]`)."""

@@ -13,6 +13,8 @@ from cubicle.server.live.hub import FrameHub
 from cubicle.server.live.recording import Recorder, read_log
 from tests.streaming.pattern_source import PatternFrames
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 async def hub():

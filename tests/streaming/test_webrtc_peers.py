@@ -16,6 +16,8 @@ from cubicle.server.live.hub import FrameHub
 from cubicle.server.live.webrtc import PLAYOUT_DELAY_URI, WebRtcViewer
 from tests.streaming.pattern_source import PatternFrames
 
+pytestmark = pytest.mark.fast
+
 
 class Client:
     """A browser stand-in: a real aiortc peer that receives and decodes the video."""

@@ -117,7 +117,7 @@ class CubicleProvider(Provider):
 
 @contextmanager
 def _as_docker(provider: CubicleProvider) -> Iterator[None]:
-    module = importlib.import_module("desktop_env.desktop_env")
+    module: Any = importlib.import_module("desktop_env.desktop_env")  # untyped; patched
     original = module.create_vm_manager_and_provider
 
     def create(name: str, region: str, use_proxy: bool = False) -> Any:
@@ -153,6 +153,7 @@ def _metrics_one_by_one() -> None:
     real package is imported."""
     if _METRICS not in sys.modules:
         evaluators = importlib.import_module("desktop_env.evaluators")
+        assert evaluators.__file__ is not None  # a regular package, not a namespace one
         shell = types.ModuleType(_METRICS)
         shell.__path__ = [str(Path(evaluators.__file__).parent / "metrics")]
         sys.modules[_METRICS] = shell

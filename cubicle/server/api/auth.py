@@ -23,6 +23,7 @@ from starlette.requests import HTTPConnection
 
 from cubicle.protocol.errors import AuthError, Forbidden
 from cubicle.protocol.service import AccessMode
+from cubicle.server.inside import is_inside
 from cubicle.server.services import services_of
 from cubicle.server.shares import PREFIX as SHARE_PREFIX
 
@@ -85,7 +86,10 @@ def _same_origin(connection: HTTPConnection) -> bool:
 
 def access_of(connection: HTTPConnection, desktop_id: str | None = None) -> Access:
     """Read `Authorization: Bearer <token>`, else the pages' cookies (the admin's, or the
-    share link's of `desktop_id`)."""
+    share link's of `desktop_id`). The service's own requests (`cubicle.server.inside`)
+    carry no token: they are the admin."""
+    if is_inside(connection.scope):
+        return Access(None, "control")
     header = connection.headers.get("authorization", "")
     scheme, _, given = header.partition(" ")
     if scheme.lower() == "bearer" and given:

@@ -21,7 +21,9 @@ from starlette.background import BackgroundTask
 
 from cubicle.protocol import actions as a
 from cubicle.protocol.errors import DiskFull
+from cubicle.protocol.lanes import LaneName
 from cubicle.protocol.models import (
+    SCREENSHOT_HEADERS,
     A11yQuery,
     A11yTree,
     ClipboardText,
@@ -50,16 +52,7 @@ from cubicle.server.guest_client import GuestAnswer
 
 router = APIRouter(prefix="/api/desktops", tags=["desktops"])
 
-_PASSED_HEADERS = (
-    "x-screen-width",
-    "x-screen-height",
-    "x-image-width",
-    "x-image-height",
-    "x-scale",
-    "x-screenshot-cache",
-    "x-capture",
-    "x-cursor",
-)
+_PASSED_HEADERS = frozenset(SCREENSHOT_HEADERS.values())
 """The screenshot's own headers the service passes on (the guest's `Content-Type` is not
 one of them: the service states the type from the format asked for)."""
 _IMAGE_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
@@ -125,7 +118,7 @@ async def screenshot(
 ) -> Response:
     """The screen as an image; `X-Scale` is screen pixels per image pixel. A few are made
     at once per desktop; past a short line, 429 with `Retry-After`."""
-    async with manager.lane(desktop_id, "screenshot").slot():
+    async with manager.lane(desktop_id, LaneName.SCREENSHOT).slot():
         answer = await guest.request(
             "GET", "/screenshot", params=params.model_dump(exclude_none=True, mode="json")
         )
@@ -165,7 +158,7 @@ async def accessibility(
     desktop_id: str, guest: GuestDep, manager: ManagerDep, params: Annotated[A11yQuery, Query()]
 ) -> A11yTree:
     """The accessibility (AT-SPI) tree: roles, names, states, boxes in screen pixels."""
-    async with manager.lane(desktop_id, "a11y").slot():
+    async with manager.lane(desktop_id, LaneName.A11Y).slot():
         answer = await guest.request("GET", "/a11y", params=params.model_dump(exclude_none=True))
     return answer.model(A11yTree)
 
@@ -193,7 +186,7 @@ async def read_file(
     desktop_id: str, guest: GuestDep, manager: ManagerDep, params: Annotated[FilesQuery, Query()]
 ) -> Response:
     """A file's bytes, or a directory's listing as JSON."""
-    async with manager.lane(desktop_id, "files").slot():
+    async with manager.lane(desktop_id, LaneName.FILES).slot():
         answer = await guest.request("GET", "/files", params=params.model_dump())
     if answer.headers.get("content-type") == "application/json":  # a directory's listing
         listing = _ENTRIES.validate_json(answer.content)  # checked, never passed on blind
@@ -250,7 +243,7 @@ async def write_file(
     data = await request.body()
     if manager.get(desktop_id).runtime in _DISKS_ON_THIS_HOST:
         _check_host_room(settings.data_dir, len(data))
-    async with manager.lane(desktop_id, "files").slot():
+    async with manager.lane(desktop_id, LaneName.FILES).slot():
         answer = await guest.request("PUT", "/files", params=params.model_dump(), content=data)
     return answer.model(FileEntry)
 

@@ -18,34 +18,17 @@ from cubicle.protocol import errors as e
 log = logging.getLogger("cubicle.api")
 
 
-def _answer(body: e.ErrorBody, status: int, headers: dict[str, str] | None = None) -> Response:
-    return Response(body.model_dump_json(), status, headers=headers, media_type="application/json")
-
-
 def response_for(exc: Exception) -> Response:
-    """The answer to an error raised while serving a request, whatever raised it."""
-    if isinstance(exc, e.CubicleError):
-        status = e.status_for(exc)
-        if status >= 500:
-            log.warning("%s: %s", exc.code, exc.message)
-        headers = None
-        if isinstance(exc, e.AuthError):
-            headers = {"WWW-Authenticate": "Bearer"}
-        elif isinstance(exc, e.Busy):
-            headers = {"Retry-After": str(exc.retry_after_s)}
-        return _answer(e.ErrorBody.of(exc), status, headers)
+    """The answer to an error raised while serving a request, whatever raised it
+    (`cubicle.protocol.errors.answer_for`, as the guest answers)."""
     if isinstance(exc, RequestValidationError):
-        detail = e.describe_validation(list(exc.errors()))
-        return _answer(e.ErrorBody(error="invalid_request", detail=detail), 422)
-    if isinstance(exc, StarletteHTTPException):
-        code = {404: "not_found", 405: "method_not_allowed", 413: e.PayloadTooLarge.code}.get(
-            exc.status_code, "http_error"
-        )
-        body = e.ErrorBody(error=code, detail=str(exc.detail))
-        return _answer(body, exc.status_code, getattr(exc, "headers", None))
-    log.exception("unexpected error", exc_info=exc)
-    detail = f"{type(exc).__name__}: see the service log"
-    return _answer(e.ErrorBody(error="internal_error", detail=detail), 500)
+        exc = e.InvalidRequest(e.describe_validation(list(exc.errors())))
+    answer = e.answer_for(exc, log_hint="the service log")
+    if isinstance(exc, e.CubicleError) and answer.status >= 500:
+        log.warning("%s: %s", exc.code, exc.message)
+    elif answer.body.error == "internal_error":
+        log.exception("unexpected error", exc_info=exc)
+    return Response(answer.json(), answer.status, answer.headers, media_type="application/json")
 
 
 def install(app: FastAPI) -> None:

@@ -42,12 +42,6 @@ _STATUSES = get_args(TaskStatus)
 _PROFILE_NAME = TypeAdapter(ProfileName)
 
 
-def service_url(host: str, port: int) -> str:
-    """The address the board's runs reach the service at (loopback for a wildcard bind)."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 async def get_board(request: Request) -> Board:
     return services_of(request).get(Board)
 

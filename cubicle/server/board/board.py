@@ -1,6 +1,6 @@
 """The board: tasks in SQLite, a worker pool that runs them, events for the pages.
 
-    board = Board(data_dir, service_url, token)
+    board = Board(data_dir, services.create_desktop)
     await board.start()          # tasks a dead service held become `interrupted`
     task = (await board.add([NewTask(text="…")]))[0]
     ...
@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 from cubicle.agent.errors import ProfileNotFound, TaskNotFound
 from cubicle.agent.settings import AgentSettings, load_settings
 from cubicle.agent.store import RunStore, new_run_id
-from cubicle.client.sdk import wait_for_service
 from cubicle.protocol.board import (
     DEFAULT_PROFILE,
     FINISHED,
@@ -41,11 +40,11 @@ from cubicle.protocol.board import (
     TaskStatus,
     TaskStep,
 )
-from cubicle.protocol.errors import Conflict, DiskFull, InvalidRequest, ServiceUnreachable
+from cubicle.protocol.errors import Conflict, DiskFull, InvalidRequest
 from cubicle.server.board.db import TaskDB
 from cubicle.server.board.events import Events
 from cubicle.server.board.hooks import TaskHooks, tag_prefix
-from cubicle.server.board.runner import RunPlan, TaskRun
+from cubicle.server.board.runner import NewDesktop, RunPlan, TaskRun
 
 log = logging.getLogger("cubicle.board")
 T = TypeVar("T")
@@ -54,9 +53,6 @@ WantWarm = Callable[[int, tuple[int, int]], None]
 """Tells the service how many drawn desktops of a resolution the board wants kept ready
 (its warm pool), so that the tasks it starts take one instead of booting one."""
 
-_SERVICE_WAIT_S = 30.0
-"""Longest wait for the service's own HTTP address to answer before the first run."""
-
 
 class Board:
     """The task board of one service."""
@@ -64,15 +60,14 @@ class Board:
     def __init__(
         self,
         data_dir: Path,
-        service_url: str,
-        token: str,
+        new_desktop: NewDesktop,
         *,
         config: Path | None = None,
         want_warm: WantWarm | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
-        self.service_url = service_url
-        self.token = token
+        self.new_desktop = new_desktop
+        """How runs start their desktop: in the service's process (`Services.create_desktop`)."""
         self.config = config
         """The agent's TOML config file for the default profile (see `cubicle.agent.settings`)."""
         self._want_warm = want_warm
@@ -321,7 +316,6 @@ class Board:
     # --- the worker pool --------------------------------------------------------------------
 
     async def _schedule(self) -> None:
-        await self._service_answers()
         while True:
             self._wake.clear()
             try:
@@ -336,15 +330,6 @@ class Board:
                 await asyncio.sleep(1)
                 self._wake.set()
             await self._wake.wait()
-
-    async def _service_answers(self) -> None:
-        """Wait until the service's own address answers (runs drive desktops through it)."""
-        try:
-            await wait_for_service(
-                base_url=self.service_url, token=self.token, timeout_s=_SERVICE_WAIT_S
-            )
-        except ServiceUnreachable:
-            log.error("the service does not answer at %s: tasks wait", self.service_url)
 
     async def _start(self, task: Task, settings: BoardSettings) -> None:
         profiles = await self.profiles()
@@ -379,8 +364,7 @@ class Board:
         run = TaskRun(
             claimed,
             plan,
-            self.service_url,
-            self.token,
+            self.new_desktop,
             self._store,
             update=self._update,
             on_step=self._on_step,

@@ -23,13 +23,12 @@ class AgentRoom:
 
     async def start(self, services: Services) -> None:
         settings = services.settings
-        url = board_api.service_url(settings.host, settings.port)
         manager = self._manager = services.manager
 
         def want_warm(count: int, resolution: tuple[int, int]) -> None:
             manager.want_warm("board", count, CreateDesktop(resolution=resolution))
 
-        self.board = Board(settings.data_dir, url, services.token, want_warm=want_warm)
+        self.board = Board(settings.data_dir, services.create_desktop, want_warm=want_warm)
         await self.board.start()
         services.add(self.board)
 

@@ -1,9 +1,10 @@
 """One task's run: a fresh desktop, the recording, the start app, the agent, the clean-up.
 
 A `TaskRun` lives while a worker holds the task. It reaches the desktops through the SDK,
-as any program would, over the service's own HTTP address. Whatever ends the run (the agent
-finishing, a person cancelling or marking it done, the service stopping), the recording is
-finished and the desktop released, or kept for inspection when the board says so.
+as any program would, over the service's in-process door (`cubicle.server.inside`).
+Whatever ends the run (the agent finishing, a person cancelling or marking it done, the
+service stopping), the recording is finished and the desktop released, or kept for
+inspection when the board says so.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from cubicle import RecordingInfo
@@ -48,6 +50,8 @@ class RunPlan:
     keep_desktop_s: int
 
 
+NewDesktop = Callable[..., Awaitable[AsyncDesktop]]
+"""Starts a desktop with `AsyncDesktop.create`'s options (`Services.create_desktop`)."""
 Update = Callable[..., Awaitable[Task | None]]
 """Sets fields of the task in the database and tells the pages."""
 StepSink = Callable[[TaskStep], None]
@@ -59,8 +63,7 @@ class TaskRun:
 
     task: Task
     plan: RunPlan
-    service_url: str
-    token: str
+    new_desktop: NewDesktop
     store: RunStore
     update: Update
     on_step: StepSink
@@ -166,13 +169,8 @@ class TaskRun:
         start = self.task.start or ""
         network = self.plan.profile.network or urlsplit(start).scheme in ("http", "https")
         idle_s = int(self.plan.settings.limits.max_wall_s) + _DESKTOP_IDLE_MARGIN_S
-        return await AsyncDesktop.create(
-            resolution=self.plan.resolution,
-            timeout_s=min(idle_s, 86_400),
-            network=network,
-            base_url=self.service_url,
-            token=self.token,
-        )
+        options: dict[str, Any] = {"resolution": self.plan.resolution, "network": network}
+        return await self.new_desktop(timeout_s=min(idle_s, 86_400), **options)
 
     async def _start_recording(self) -> RecordingInfo | None:
         assert self.desktop is not None

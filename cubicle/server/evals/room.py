@@ -4,7 +4,6 @@ before it."""
 
 from __future__ import annotations
 
-from cubicle.server.board import api as board_api
 from cubicle.server.board.board import Board
 from cubicle.server.evals import api as evals_api
 from cubicle.server.evals.osworld import api as osworld_api
@@ -24,12 +23,11 @@ class EvalRoom:
 
     async def start(self, services: Services) -> None:
         settings = services.settings
-        url = board_api.service_url(settings.host, settings.port)
         suites = evals_api.known_suites(settings.data_dir)
         self.runs = EvalRuns(services.get(Board), settings.data_dir, suites)
         await self.runs.start()
         services.add(self.runs)
-        self.surfaces = Surfaces(url, services.token)
+        self.surfaces = Surfaces(services)
         self.surfaces.start()
         services.add(self.surfaces)
 

@@ -8,6 +8,8 @@ import pytest
 from cubicle.protocol.evals import EvalItem
 from cubicle.server.evals.stats import pass_at_k, summarize, wilson
 
+pytestmark = pytest.mark.fast
+
 
 def test_wilson_interval_matches_the_textbook_values():
     low, high = wilson(5, 10)

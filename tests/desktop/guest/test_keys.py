@@ -7,6 +7,8 @@ import pytest
 from cubicle.guest.keys import char_keysym, parse_combo, resolve_key
 from cubicle.protocol.errors import InvalidRequest, UnknownKey
 
+pytestmark = pytest.mark.fast
+
 # Values from X11/keysymdef.h, written out so the test does not reuse the code under test.
 RETURN, TAB, ESCAPE, BACKSPACE, DELETE, INSERT = 0xFF0D, 0xFF09, 0xFF1B, 0xFF08, 0xFFFF, 0xFF63
 HOME, END, PRIOR, NEXT = 0xFF50, 0xFF57, 0xFF55, 0xFF56

@@ -12,6 +12,8 @@ from PIL import Image
 
 from cubicle.guest import png
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def executor():

@@ -19,10 +19,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from cubicle import AsyncDesktop, Conflict, DesktopGone, DesktopNotFound, NotFound
+from cubicle import Conflict, DesktopGone, DesktopNotFound, NotFound
 from cubicle.server.api.auth import require_token
 from cubicle.server.evals.osworld.surface import Surface, serve
-from cubicle.server.services import services_of
+from cubicle.server.services import Services, services_of
 
 log = logging.getLogger("cubicle.osworld")
 CHECK_EVERY_S = 5.0
@@ -51,9 +51,9 @@ class NoSurface(NotFound):
 class Surfaces:
     """The open OSWorld surfaces of one service."""
 
-    def __init__(self, service_url: str, token: str) -> None:
-        self.service_url = service_url
-        self.token = token
+    def __init__(self, services: Services) -> None:
+        self._services = services
+        """Whose in-process door the surfaces drive their desktops through."""
         self._open: dict[str, Surface] = {}
         self._lock = asyncio.Lock()
         self._watch: asyncio.Task[None] | None = None
@@ -79,9 +79,7 @@ class Surfaces:
                 if port not in (None, surface.port):
                     raise Conflict(f"desktop {desktop_id}'s surface is open on {surface.port}")
                 return _info(surface)
-            desktop = await AsyncDesktop.connect(
-                desktop_id, base_url=self.service_url, token=self.token
-            )
+            desktop = await self._services.desktop(desktop_id)
             try:
                 surface = await serve(desktop, port or 0)
             except OSError as exc:

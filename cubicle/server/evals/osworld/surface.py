@@ -2,8 +2,9 @@
 
 OSWorld's harness drives a VM through a Flask server inside it (`desktop_env/server`); its
 `PythonController` and `SetupController` call these endpoints. Here each one is carried out
-through Cubicle's own API (the SDK, over the service's address), so OSWorld's harness, its
-agents and its evaluators can use a Cubicle desktop unchanged:
+through Cubicle's own API (the SDK, through the service's in-process door: no second hop
+over HTTP), so OSWorld's harness, its agents and its evaluators can use a Cubicle desktop
+unchanged:
 
     GET  /screenshot /accessibility /terminal /platform /cursor_position
     POST /execute /setup/execute /run_python /run_bash_script /file /setup/upload
