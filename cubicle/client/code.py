@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from cubicle.protocol.code import (
+    CodeEvent,
     CountEvent,
     EndEvent,
     ErrorEvent,
@@ -45,7 +46,7 @@ class Result:
     pdf: str | None = None
     """Base64 PDF."""
     latex: str | None = None
-    json: dict | list | None = None
+    json: dict[str, Any] | list[Any] | None = None
     javascript: str | None = None
     extra: dict[str, Any] | None = None
     """Formats beside the named ones, by MIME type."""
@@ -128,7 +129,14 @@ async def run_code(
     return execution
 
 
-def _fold(execution, event, on_stdout, on_stderr, on_result, on_error) -> None:
+def _fold(
+    execution: Execution,
+    event: CodeEvent,
+    on_stdout: OnOutput | None,
+    on_stderr: OnOutput | None,
+    on_result: OnResult | None,
+    on_error: OnError | None,
+) -> None:
     if isinstance(event, OutputEvent):
         (execution.logs.stdout if event.type == "stdout" else execution.logs.stderr).append(
             event.text

@@ -73,7 +73,9 @@ class ResultEvent(BaseModel):
     pdf: str | None = None
     """Base64 PDF."""
     latex: str | None = None
-    json_: dict | list | None = Field(None, alias="json", serialization_alias="json")
+    json_: dict[str, object] | list[object] | None = Field(
+        None, alias="json", serialization_alias="json"
+    )
     javascript: str | None = None
     extra: dict[str, object] | None = None
     """Formats beside the named ones, by MIME type."""
