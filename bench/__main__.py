@@ -25,6 +25,7 @@ from bench import (
     board_step,
     click,
     client_install,
+    code,
     create,
     density,
     evals,
@@ -59,6 +60,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "soak": soak.run,
     "hardening": hardening.run,
     "client_install": client_install.run,
+    "code": code.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -17,6 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from cubicle.client.code import Execution, ExecutionError, Logs, Result
     from cubicle.client.sdk import (
         AsyncDesktop,
         AsyncServiceClient,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
         Wait,
         WaitForSettle,
     )
+    from cubicle.protocol.code import ContextInfo
     from cubicle.protocol.errors import (
         A11yUnavailable,
         AuthError,
@@ -161,6 +163,8 @@ _HOMES = {
     **dict.fromkeys(
         ("ActionLog", "DesktopInfo", "RecordingInfo", "ShareLink"), "cubicle.protocol.service"
     ),
+    **dict.fromkeys(("Execution", "ExecutionError", "Logs", "Result"), "cubicle.client.code"),
+    "ContextInfo": "cubicle.protocol.code",
 }
 """Each name's module, loaded on first use: a guest daemon starts its X server before it
 loads pydantic and the protocol, and code inside a sandbox never loads the SDK."""
@@ -186,6 +190,7 @@ __all__ = [
     "CapacityReached",
     "Click",
     "Conflict",
+    "ContextInfo",
     "CubicleError",
     "Desktop",
     "DesktopGone",
@@ -196,6 +201,8 @@ __all__ = [
     "DiskFull",
     "Drag",
     "ExecResult",
+    "Execution",
+    "ExecutionError",
     "FileEntry",
     "FileNotFound",
     "Forbidden",
@@ -205,6 +212,7 @@ __all__ = [
     "KeyDown",
     "KeyUp",
     "Launched",
+    "Logs",
     "MouseDown",
     "MouseUp",
     "Move",
@@ -215,6 +223,7 @@ __all__ = [
     "PayloadTooLarge",
     "RecordingInfo",
     "RecordingNotFound",
+    "Result",
     "SandboxError",
     "SandboxStartError",
     "Screen",

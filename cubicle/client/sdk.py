@@ -30,7 +30,9 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
+from cubicle.client import code as _code
 from cubicle.protocol import actions as a
+from cubicle.protocol.code import ContextInfo, CreateContext, RunCode
 from cubicle.protocol.data_dir import default_data_dir
 from cubicle.protocol.errors import AuthError, ServiceUnreachable, WindowNotFound, raise_for_status
 from cubicle.protocol.models import (
@@ -59,6 +61,7 @@ _WINDOWS = TypeAdapter(list[WindowInfo])
 _ENTRIES = TypeAdapter(list[FileEntry])
 _DESKTOPS = TypeAdapter(list[DesktopInfo])
 _RECORDINGS = TypeAdapter(list[RecordingInfo])
+_CONTEXTS = TypeAdapter(list[ContextInfo])
 
 
 def service_address(base_url: str | None, token: str | None) -> tuple[str, str]:
@@ -454,6 +457,67 @@ class AsyncDesktop:
     async def set_clipboard(self, text: str) -> None:
         await self._call("PUT", "clipboard", json=ClipboardText(text=text).model_dump())
 
+    # --- code contexts ----------------------------------------------------------------------
+
+    async def run_code(
+        self,
+        code: str,
+        language: str | None = None,
+        context: ContextInfo | str | None = None,
+        *,
+        on_stdout: _code.OnOutput | None = None,
+        on_stderr: _code.OnOutput | None = None,
+        on_result: _code.OnResult | None = None,
+        on_error: _code.OnError | None = None,
+        timeout_s: float = 300,
+        envs: dict[str, str] | None = None,
+    ) -> _code.Execution:
+        """Run code in a persistent context (a Jupyter kernel in the desktop): variables,
+        imports and data stay for the next run. Without `context`, the language's default
+        context runs it (Python when no language is given). Past `timeout_s` the run is
+        interrupted and `.error.name` is `TimeoutError`; the context keeps its state."""
+        context_id = context.id if isinstance(context, ContextInfo) else context
+        request = RunCode(
+            code=code,
+            language=None if context_id else (language or "python"),
+            context_id=context_id,
+            env_vars=envs or {},
+            timeout_s=timeout_s,
+        )
+        return await _code.run_code(
+            self._api.http,
+            f"/api/desktops/{self.id}/code",
+            request,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+            on_error=on_error,
+        )
+
+    async def create_code_context(
+        self, language: str = "python", cwd: str | None = None
+    ) -> ContextInfo:
+        """A new context with its own kernel and state; `cwd` is its working directory."""
+        body = CreateContext(language=language, cwd=cwd).model_dump(exclude_none=True)
+        return await self._model(ContextInfo, "POST", "contexts", json=body)
+
+    async def list_code_contexts(self) -> list[ContextInfo]:
+        return _CONTEXTS.validate_json((await self._call("GET", "contexts")).content)
+
+    async def restart_code_context(self, context: ContextInfo | str) -> ContextInfo:
+        """Start the context's kernel afresh: its state is dropped."""
+        context_id = context.id if isinstance(context, ContextInfo) else context
+        return await self._model(ContextInfo, "POST", f"contexts/{quote(context_id)}/restart")
+
+    async def interrupt_code(self, context: ContextInfo | str) -> None:
+        """Interrupt what runs in a context (an endless loop); its state stays."""
+        context_id = context.id if isinstance(context, ContextInfo) else context
+        await self._call("POST", f"contexts/{quote(context_id)}/interrupt")
+
+    async def remove_code_context(self, context: ContextInfo | str) -> None:
+        context_id = context.id if isinstance(context, ContextInfo) else context
+        await self._call("DELETE", f"contexts/{quote(context_id)}")
+
     # --- watching and recording ---------------------------------------------------------
 
     async def share(
@@ -642,6 +706,12 @@ class Desktop:
     recordings = _blocking(AsyncDesktop.recordings)
     recording_actions = _blocking(AsyncDesktop.recording_actions)
     recording_video = _blocking(AsyncDesktop.recording_video)
+    run_code = _blocking(AsyncDesktop.run_code)
+    create_code_context = _blocking(AsyncDesktop.create_code_context)
+    list_code_contexts = _blocking(AsyncDesktop.list_code_contexts)
+    restart_code_context = _blocking(AsyncDesktop.restart_code_context)
+    interrupt_code = _blocking(AsyncDesktop.interrupt_code)
+    remove_code_context = _blocking(AsyncDesktop.remove_code_context)
 
 
 class ServiceClient:

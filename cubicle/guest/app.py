@@ -23,6 +23,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cubicle.guest import a11y, dispatch, windows
+from cubicle.guest.code.routes import code_routes
 from cubicle.guest.core import VERSION, Guest
 from cubicle.guest.frames import frame_routes
 from cubicle.guest.web import answer, body, error_answer, query
@@ -282,6 +283,7 @@ def create_app(
         Route("/open", api.open_target, methods=["POST"]),
         Route("/launch", api.launch, methods=["POST"]),
         *frame_routes(lambda: guest.video),
+        *code_routes(lambda: guest.code),
     ]
     app = Starlette(
         routes=routes,

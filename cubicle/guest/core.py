@@ -19,6 +19,7 @@ from cubicle.protocol.lanes import desktop_lanes
 if TYPE_CHECKING:
     from Xlib.display import Display
 
+    from cubicle.guest.code.kernels import Contexts
     from cubicle.guest.screen import ScreenCapture
     from cubicle.guest.video.source import VideoSource
 
@@ -70,6 +71,13 @@ class Guest:
 
         return VideoSource(self.session.display)
 
+    @functools.cached_property
+    def code(self) -> Contexts:
+        """Code contexts (Jupyter kernels); none runs until code first does."""
+        from cubicle.guest.code.kernels import Contexts
+
+        return Contexts(self.system.home, self.system.env)
+
     async def on_x(self, fn, *args):
         """Run a blocking function that uses `display` on the X thread."""
         return await asyncio.get_running_loop().run_in_executor(self._x, self._holding_x, fn, *args)
@@ -108,6 +116,8 @@ class Guest:
     async def stop(self) -> None:
         if "video" in self.__dict__:
             await self.video.stop()
+        if "code" in self.__dict__:
+            await self.code.stop()
         await self.system.stop()
         self.clipboard.stop()
         self.fitter.stop()

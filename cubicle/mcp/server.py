@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from mcp.server.mcpserver import MCPServer
 
-from cubicle.mcp import board_tools, input_tools, system_tools
+from cubicle.mcp import board_tools, code_tools, input_tools, system_tools
 from cubicle.mcp.session import Connection, Desktops
 
 INSTRUCTIONS = """\
@@ -28,6 +28,7 @@ def build_server(desktops: Desktops) -> MCPServer:
     system_tools.register(server, desktops)
     input_tools.register(server, desktops)
     board_tools.register(server, desktops)
+    code_tools.register(server, desktops)
     return server
 
 

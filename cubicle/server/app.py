@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from cubicle.server import at_rest
-from cubicle.server.api import desktops, pool, session
+from cubicle.server.api import code, code_interpreter, desktops, pool, session
 from cubicle.server.api.auth import load_or_create_token, require_token
 from cubicle.server.api.errors import install as install_error_handlers
 from cubicle.server.api.openapi import install as install_openapi
@@ -89,6 +89,8 @@ def create_app(
         limits.update(room.body_limits)
     app.add_middleware(Guard, limits=BodyLimits(settings.max_body_bytes, limits))
     app.include_router(desktops.router, dependencies=[Depends(require_token)])
+    app.include_router(code.router, dependencies=[Depends(require_token)])
+    app.include_router(code_interpreter.router, dependencies=[Depends(require_token)])
     app.include_router(session.router)
     app.include_router(pool.router, dependencies=[Depends(require_token)])
     for room in rooms:

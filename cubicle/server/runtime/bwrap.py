@@ -31,8 +31,9 @@ ETC_ALLOWLIST = (
     "alternatives", "bash.bashrc", "ca-certificates", "chromium", "chromium.d",
     "debian_version", "dbus-1", "environment", "fonts", "gai.conf", "gtk-2.0", "gtk-3.0",
     "host.conf", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
-    "mime.types", "nsswitch.conf", "os-release", "pango", "profile", "protocols",
-    "python3", "python3.11", "services", "shells", "ssl", "timezone", "vim", "X11", "xdg",
+    "matplotlibrc", "mime.types", "nsswitch.conf", "os-release", "pango", "profile",
+    "protocols", "python3", "python3.11", "services", "shells", "ssl", "timezone", "vim",
+    "X11", "xdg",
 )  # fmt: skip
 """What of the host's /etc a desktop may read: configuration of the programs it runs."""
 

@@ -1,0 +1,66 @@
+"""MCP tool for code contexts: run code in a desktop's persistent Python kernel."""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from cubicle.mcp.input_tools import DesktopId
+from cubicle.mcp.session import Desktops, guarded, result
+
+_TEXT_LIMIT = 100_000
+"""Characters of printed output or of one result given back (the rest is cut, and said so)."""
+
+
+def _cut(text: str) -> str:
+    if len(text) <= _TEXT_LIMIT:
+        return text
+    return text[:_TEXT_LIMIT] + f"\n… ({len(text) - _TEXT_LIMIT} more characters not shown)"
+
+
+def register(server: MCPServer, desktops: Desktops) -> None:
+    @server.tool()
+    async def run_code(
+        desktop_id: DesktopId,
+        code: str,
+        context_id: str | None = None,
+        timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300,
+    ) -> CallToolResult:
+        """Run Python in the desktop's persistent kernel, like a notebook cell: variables,
+        imports and loaded data stay for the next call; the last expression's value, printed
+        output, errors with their traceback, and charts (plt.show()) as images come back.
+        pandas, numpy, matplotlib, scipy and scikit-learn are installed; files are in ~."""
+        async with guarded(desktops, desktop_id):
+            entry = await desktops.get(desktop_id)
+            run = await entry.desktop.run_code(code, context=context_id, timeout_s=timeout_s)
+            parts = []
+            if run.logs.stdout:
+                parts.append(_cut("".join(run.logs.stdout)))
+            if run.logs.stderr:
+                parts.append("[stderr]\n" + _cut("".join(run.logs.stderr)))
+            images = []
+            for found in run.results:
+                if found.png:
+                    images.append((base64.b64decode(found.png), "image/png"))
+                    parts.append("[a chart: the image below]")
+                elif found.text is not None:
+                    label = f"Out[{run.execution_count}]" if found.is_main_result else "[display]"
+                    parts.append(f"{label}: {_cut(found.text)}")
+            if run.error is not None:
+                parts.append(f"{run.error.name}: {run.error.value}\n{_cut(run.error.traceback)}")
+            text = "\n".join(parts) or "(no output)"
+            data = {
+                "desktop_id": desktop_id,
+                "execution_count": run.execution_count,
+                "text": run.text,
+                "stdout": _cut("".join(run.logs.stdout)),
+                "stderr": _cut("".join(run.logs.stderr)),
+                "error": None
+                if run.error is None
+                else {"name": run.error.name, "value": run.error.value},
+            }
+            return result(text, data, *images)
