@@ -4,6 +4,7 @@ that set `BOTH_RUNTIMES`.)"""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -340,3 +341,23 @@ async def test_the_agent_runs_a_task_in_a_vm(service, desktop, fake_model, tmp_p
         assert saved.decode().rstrip("\n") == "written in a microVM"
     finally:
         await remote.close()
+
+
+def test_code_contexts_keep_state_in_a_vm(service, desktop):
+    """The same Jupyter contexts as on the local runtime, on the VM's own kernel: state kept
+    between runs, a chart back as a PNG, an error with its name."""
+    from cubicle import Desktop
+
+    d = Desktop.connect(desktop["id"], base_url=service.url, token=service.token)
+    try:
+        assert d.run_code("data = [3, 1, 2]", timeout_s=240).error is None
+        assert d.run_code("sorted(data)", timeout_s=120).text == "[1, 2, 3]"
+        chart = d.run_code(
+            "import matplotlib.pyplot as plt\nplt.plot(data)\nplt.show()", timeout_s=240
+        )
+        pngs = [r.png for r in chart.results if r.png]
+        assert len(pngs) == 1 and base64.b64decode(pngs[0])[:4] == b"\x89PNG"
+        failed = d.run_code("1 / 0", timeout_s=120)
+        assert failed.error is not None and failed.error.name == "ZeroDivisionError"
+    finally:
+        d.close()
