@@ -10,16 +10,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from cubicle.mcp.input_tools import DesktopId
-from cubicle.mcp.session import Desktops, guarded, result
-
-_TEXT_LIMIT = 100_000
-"""Characters of printed output or of one result given back (the rest is cut, and said so)."""
-
-
-def _cut(text: str) -> str:
-    if len(text) <= _TEXT_LIMIT:
-        return text
-    return text[:_TEXT_LIMIT] + f"\n… ({len(text) - _TEXT_LIMIT} more characters not shown)"
+from cubicle.mcp.session import Desktops, cut, guarded, result
 
 
 def register(server: MCPServer, desktops: Desktops) -> None:
@@ -39,9 +30,9 @@ def register(server: MCPServer, desktops: Desktops) -> None:
             run = await entry.desktop.run_code(code, context=context_id, timeout_s=timeout_s)
             parts = []
             if run.logs.stdout:
-                parts.append(_cut("".join(run.logs.stdout)))
+                parts.append(cut("".join(run.logs.stdout)))
             if run.logs.stderr:
-                parts.append("[stderr]\n" + _cut("".join(run.logs.stderr)))
+                parts.append("[stderr]\n" + cut("".join(run.logs.stderr)))
             images = []
             for found in run.results:
                 if found.png:
@@ -49,16 +40,16 @@ def register(server: MCPServer, desktops: Desktops) -> None:
                     parts.append("[a chart: the image below]")
                 elif found.text is not None:
                     label = f"Out[{run.execution_count}]" if found.is_main_result else "[display]"
-                    parts.append(f"{label}: {_cut(found.text)}")
+                    parts.append(f"{label}: {cut(found.text)}")
             if run.error is not None:
-                parts.append(f"{run.error.name}: {run.error.value}\n{_cut(run.error.traceback)}")
+                parts.append(f"{run.error.name}: {run.error.value}\n{cut(run.error.traceback)}")
             text = "\n".join(parts) or "(no output)"
             data = {
                 "desktop_id": desktop_id,
                 "execution_count": run.execution_count,
                 "text": run.text,
-                "stdout": _cut("".join(run.logs.stdout)),
-                "stderr": _cut("".join(run.logs.stderr)),
+                "stdout": cut("".join(run.logs.stdout)),
+                "stderr": cut("".join(run.logs.stderr)),
                 "error": None
                 if run.error is None
                 else {"name": run.error.name, "value": run.error.value},

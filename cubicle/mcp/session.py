@@ -114,6 +114,18 @@ class Desktops:
             self._service = None
 
 
+TEXT_LIMIT = 100_000
+"""Characters of a file, printed output or one result a tool gives back (the rest is cut,
+and said so)."""
+
+
+def cut(text: str) -> str:
+    """`text`, cut to `TEXT_LIMIT` characters with a note of how many were left out."""
+    if len(text) <= TEXT_LIMIT:
+        return text
+    return text[:TEXT_LIMIT] + f"\n… ({len(text) - TEXT_LIMIT} more characters not shown)"
+
+
 def result(
     text: str, data: dict[str, Any] | None = None, *images: tuple[bytes, str]
 ) -> CallToolResult:

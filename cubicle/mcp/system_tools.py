@@ -10,17 +10,8 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from cubicle.mcp.input_tools import DesktopId
-from cubicle.mcp.session import Desktops, guarded, result
+from cubicle.mcp.session import Desktops, cut, guarded, result
 from cubicle.protocol.a11y_text import a11y_text
-
-_TEXT_LIMIT = 100_000
-"""Characters of a file or command output given back (the rest is cut, and said so)."""
-
-
-def _cut(text: str) -> str:
-    if len(text) <= _TEXT_LIMIT:
-        return text
-    return text[:_TEXT_LIMIT] + f"\n… ({len(text) - _TEXT_LIMIT} more characters not shown)"
 
 
 def register(server: MCPServer, desktops: Desktops) -> None:
@@ -117,11 +108,11 @@ def register(server: MCPServer, desktops: Desktops) -> None:
             entry = await desktops.get(desktop_id)
             ran = await entry.desktop.exec(command, cwd=cwd, timeout_s=timeout_s, stdin=stdin)
             status = "timed out" if ran.timed_out else f"exit code {ran.exit_code}"
-            text = f"desktop {desktop_id}: {status}\n{_cut(ran.stdout)}"
+            text = f"desktop {desktop_id}: {status}\n{cut(ran.stdout)}"
             if ran.stderr:
-                text += f"\n[stderr]\n{_cut(ran.stderr)}"
+                text += f"\n[stderr]\n{cut(ran.stderr)}"
             data = {"desktop_id": desktop_id} | ran.model_dump()
-            data["stdout"], data["stderr"] = _cut(ran.stdout), _cut(ran.stderr)
+            data["stdout"], data["stderr"] = cut(ran.stdout), cut(ran.stderr)
             return result(text, data)
 
     @server.tool()
@@ -132,9 +123,7 @@ def register(server: MCPServer, desktops: Desktops) -> None:
             content = await entry.desktop.files.read(path)
             text = content.decode("utf-8", errors="replace")
             data = {"desktop_id": desktop_id, "path": path, "size": len(content)}
-            return result(
-                f"desktop {desktop_id}: {path} ({len(content)} bytes)\n{_cut(text)}", data
-            )
+            return result(f"desktop {desktop_id}: {path} ({len(content)} bytes)\n{cut(text)}", data)
 
     @server.tool()
     async def write_file(desktop_id: DesktopId, path: str, content: str) -> CallToolResult:
@@ -185,7 +174,7 @@ def register(server: MCPServer, desktops: Desktops) -> None:
             entry = await desktops.get(desktop_id)
             text = await entry.desktop.get_clipboard()
             return result(
-                f"desktop {desktop_id} clipboard:\n{_cut(text)}",
+                f"desktop {desktop_id} clipboard:\n{cut(text)}",
                 {"desktop_id": desktop_id, "text": text},
             )
 
