@@ -8,9 +8,31 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+
+class BoardEvent(StrEnum):
+    """The kinds of the board's server-sent events (`GET /api/tasks/events`), as the board
+    page reads them."""
+
+    HELLO = "hello"
+    """Sent first on every stream: the page (re)loads the board."""
+    TASK = "task"
+    """A task changed: `{"task": Task}`."""
+    MOVED = "moved"
+    """A task moved in the queue: `{"task": Task}`."""
+    DELETED = "deleted"
+    """A task was deleted: `{"id": int}`."""
+    BULK = "bulk"
+    """Many tasks changed at once (`{"added": n}` or `{"deleted": n}`): reload."""
+    STEP = "step"
+    """A running task took a step: `{"step": TaskStep}`."""
+    SETTINGS = "settings"
+    """The board's settings changed: `{"settings": BoardSettings}`."""
+
 
 PlannerKind = Literal["json", "ui-tars", "anthropic", "openai-computer"]
 TaskStatus = Literal["queued", "running", "paused", "done", "failed", "cancelled", "interrupted"]

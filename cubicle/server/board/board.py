@@ -29,6 +29,7 @@ from cubicle.protocol.board import (
     DEFAULT_PROFILE,
     FINISHED,
     RETRYABLE,
+    BoardEvent,
     BoardSettings,
     NewTask,
     Profile,
@@ -175,9 +176,9 @@ class Board:
         added = await self._call(self.db.add, list(tasks))
         if added:
             for task in added:
-                self.events.publish("task", task=task.model_dump(mode="json"))
+                self.events.publish(BoardEvent.TASK, task=task.model_dump(mode="json"))
         else:
-            self.events.publish("bulk", added=len(tasks))
+            self.events.publish(BoardEvent.BULK, added=len(tasks))
         self._wake.set()
         return added
 
@@ -195,12 +196,12 @@ class Board:
         if task_id in self._runs:
             raise Conflict(f"task {task_id} is {task.status}: cancel it before deleting it")
         await self._call(self.db.delete, task_id)
-        self.events.publish("deleted", id=task_id)
+        self.events.publish(BoardEvent.DELETED, id=task_id)
 
     async def delete_where(self, statuses: Sequence[TaskStatus]) -> int:
         """Delete every queued or finished task in `statuses`; how many went."""
         deleted = await self._call(self.db.delete_where, list(statuses))
-        self.events.publish("bulk", deleted=deleted)
+        self.events.publish(BoardEvent.BULK, deleted=deleted)
         return deleted
 
     async def move(self, task_id: int, where: TaskMove) -> Task:
@@ -210,7 +211,7 @@ class Board:
         except LookupError as exc:
             raise InvalidRequest(str(exc)) from None
         assert task is not None
-        self.events.publish("moved", task=task.model_dump(mode="json"))
+        self.events.publish(BoardEvent.MOVED, task=task.model_dump(mode="json"))
         return task
 
     async def cancel(self, task_id: int) -> Task:
@@ -263,7 +264,7 @@ class Board:
     async def put_settings(self, settings: BoardSettings) -> BoardSettings:
         await self._call(self.db.put_settings, settings)
         self._ask_warm(settings)
-        self.events.publish("settings", settings=settings.model_dump(mode="json"))
+        self.events.publish(BoardEvent.SETTINGS, settings=settings.model_dump(mode="json"))
         self._wake.set()
         return settings
 
@@ -408,7 +409,7 @@ class Board:
     def _on_step(self, step: TaskStep) -> None:
         async def save() -> None:
             await self._call(self.db.add_step, step)
-            self.events.publish("step", step=step.model_dump(mode="json"))
+            self.events.publish(BoardEvent.STEP, step=step.model_dump(mode="json"))
 
         saving = asyncio.get_running_loop().create_task(save(), name=f"save-step-{step.task_id}")
         self._saving.add(saving)
@@ -438,5 +439,5 @@ class Board:
     async def _publish(self, task: Task | None) -> Task:
         if task is None:
             raise TaskNotFound("the task was deleted meanwhile")
-        self.events.publish("task", task=task.model_dump(mode="json"))
+        self.events.publish(BoardEvent.TASK, task=task.model_dump(mode="json"))
         return task

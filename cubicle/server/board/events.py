@@ -11,6 +11,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from cubicle.protocol.board import BoardEvent
+
 _BACKLOG = 1_000
 """Events a listener may fall behind before it is dropped."""
 
@@ -21,7 +23,7 @@ class Events:
     def __init__(self) -> None:
         self._listeners: set[asyncio.Queue[str | None]] = set()
 
-    def publish(self, kind: str, **data: Any) -> None:
+    def publish(self, kind: BoardEvent, **data: Any) -> None:
         """Send event `kind` with `data` (JSON-able) to every listener."""
         message = f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n"
         for queue in list(self._listeners):
@@ -47,7 +49,7 @@ class Events:
         queue: asyncio.Queue[str | None] = asyncio.Queue(_BACKLOG)
         self._listeners.add(queue)
         try:
-            yield "retry: 1000\nevent: hello\ndata: {}\n\n"
+            yield f"retry: 1000\nevent: {BoardEvent.HELLO}\ndata: {{}}\n\n"
             while True:
                 try:
                     message = await asyncio.wait_for(queue.get(), heartbeat_s)
