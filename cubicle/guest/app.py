@@ -55,6 +55,7 @@ from cubicle.protocol.models import (
     WindowOpPath,
     WindowsQuery,
 )
+from cubicle.protocol.routes import GuestPath
 
 log = logging.getLogger("cubicle.guest")
 
@@ -267,21 +268,21 @@ def create_app(
     """The guest protocol's ASGI app for `guest`; with `secret`, for its holder only."""
     api = GuestRoutes(guest)
     routes = [
-        Route("/health", api.health, methods=["GET"]),
-        Route("/actions", api.actions, methods=["POST"]),
-        Route("/screenshot", api.screenshot, methods=["GET"]),
-        Route("/cursor", api.cursor, methods=["GET"]),
-        Route("/windows", api.list_windows, methods=["GET"]),
-        Route("/windows/{window_id}/{op}", api.window_op, methods=["POST"]),
-        Route("/a11y", api.accessibility, methods=["GET"]),
-        Route("/exec", api.run_command, methods=["POST"]),
-        Route("/files", api.read_file, methods=["GET"]),
-        Route("/files", api.write_file, methods=["PUT"]),
-        Route("/files", api.delete_file, methods=["DELETE"]),
-        Route("/clipboard", api.get_clipboard, methods=["GET"]),
-        Route("/clipboard", api.set_clipboard, methods=["PUT"]),
-        Route("/open", api.open_target, methods=["POST"]),
-        Route("/launch", api.launch, methods=["POST"]),
+        Route(GuestPath.HEALTH, api.health, methods=["GET"]),
+        Route(GuestPath.ACTIONS, api.actions, methods=["POST"]),
+        Route(GuestPath.SCREENSHOT, api.screenshot, methods=["GET"]),
+        Route(GuestPath.CURSOR, api.cursor, methods=["GET"]),
+        Route(GuestPath.WINDOWS, api.list_windows, methods=["GET"]),
+        Route(GuestPath.WINDOW_OP, api.window_op, methods=["POST"]),
+        Route(GuestPath.A11Y, api.accessibility, methods=["GET"]),
+        Route(GuestPath.EXEC, api.run_command, methods=["POST"]),
+        Route(GuestPath.FILES, api.read_file, methods=["GET"]),
+        Route(GuestPath.FILES, api.write_file, methods=["PUT"]),
+        Route(GuestPath.FILES, api.delete_file, methods=["DELETE"]),
+        Route(GuestPath.CLIPBOARD, api.get_clipboard, methods=["GET"]),
+        Route(GuestPath.CLIPBOARD, api.set_clipboard, methods=["PUT"]),
+        Route(GuestPath.OPEN, api.open_target, methods=["POST"]),
+        Route(GuestPath.LAUNCH, api.launch, methods=["POST"]),
         *frame_routes(lambda: guest.video),
         *code_routes(lambda: guest.code),
     ]

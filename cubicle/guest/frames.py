@@ -21,6 +21,7 @@ from cubicle.guest.web import query
 from cubicle.protocol.errors import DesktopGone
 from cubicle.protocol.frames import EncodedFrame
 from cubicle.protocol.models import FramesQuery
+from cubicle.protocol.routes import GuestPath
 
 if TYPE_CHECKING:
     from cubicle.guest.video.source import Subscription, VideoSource, VideoStats
@@ -57,9 +58,9 @@ def frame_routes(source: Callable[[], VideoSource]) -> list[Route]:
         return Response(_stats().dump_json(source().stats()), media_type="application/json")
 
     return [
-        Route("/frames", frames, methods=["GET"]),
-        Route("/frames/keyframe", keyframe, methods=["POST"]),
-        Route("/frames/stats", stats, methods=["GET"]),
+        Route(GuestPath.FRAMES, frames, methods=["GET"]),
+        Route(GuestPath.FRAMES_KEYFRAME, keyframe, methods=["POST"]),
+        Route(GuestPath.FRAMES_STATS, stats, methods=["GET"]),
     ]
 
 

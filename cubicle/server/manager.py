@@ -34,6 +34,7 @@ from cubicle.protocol.errors import (
 )
 from cubicle.protocol.lanes import Lane, LaneName, desktop_lanes
 from cubicle.protocol.models import Screen
+from cubicle.protocol.routes import GuestPath
 from cubicle.protocol.service import (
     ActionSource,
     CreateDesktop,
@@ -318,8 +319,8 @@ class SandboxManager:
         await self._boot(record)
         assert record.client is not None
         try:
-            await record.client.request("GET", "/screenshot", params=_WARM_UP_SHOT)
-            await record.client.request("GET", "/frames/stats")
+            await record.client.request("GET", GuestPath.SCREENSHOT, params=_WARM_UP_SHOT)
+            await record.client.request("GET", GuestPath.FRAMES_STATS)
         except CubicleError as exc:  # a spare that cannot warm up is still a desktop
             log.warning("spare %s did not warm up: %s", record.spec.id, exc.message)
 
@@ -430,7 +431,7 @@ class SandboxManager:
         guest = self.guest(desktop_id)
         started = time.monotonic()
         body = a.action_batch_adapter.dump_json(list(actions))
-        answer = await guest.request("POST", "/actions", content=body, content_type=JSON)
+        answer = await guest.request("POST", GuestPath.ACTIONS, content=body, content_type=JSON)
         result = answer.model(a.ActionsResponse)
         self.events.emit(ActionsRan(desktop_id, tuple(actions), started, source, result))
         return result

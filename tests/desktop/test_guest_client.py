@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from cubicle.guest.app import RequireSecret
 from cubicle.protocol.errors import AuthError, CubicleError, GuestUnreachable, NotFound
+from cubicle.protocol.routes import GuestPath, window_op_path
 from cubicle.server.guest_client import GuestClient, GuestEndpoint
 
 pytestmark = pytest.mark.fast
@@ -31,6 +32,10 @@ async def _echo(request: Request) -> Response:
 async def _missing(request: Request) -> Response:
     body = b'{"error": "file_not_found", "detail": "no such file: ~/x"}'
     return Response(body, 404, media_type="application/json")
+
+
+async def _window_op(request: Request) -> Response:
+    return Response(f"{request.path_params['window_id']} {request.path_params['op']}".encode())
 
 
 async def _slow(request: Request) -> Response:
@@ -53,6 +58,8 @@ _APP = Starlette(
         Route("/slow", _slow, methods=["GET", "POST"]),
         Route("/pieces", _pieces),
         Route("/missing", _missing),
+        Route(GuestPath.WINDOW_OP, _window_op, methods=["POST"]),
+        Route(GuestPath.FRAMES_STATS, _echo, methods=["GET"]),
     ]
 )
 
@@ -101,6 +108,13 @@ async def test_requests_share_one_keep_alive_connection():
             assert answer.headers["x-query"] == f"i={index}&on=true"
         assert (await client.request("DELETE", "/echo")).headers["x-method"] == "DELETE"
         assert len(client._pool._open) == 1
+
+
+async def test_a_guest_path_served_by_its_constant_is_reached_by_it():
+    async with _server() as path, _client(path) as client:
+        assert (await client.request("GET", GuestPath.FRAMES_STATS)).headers["x-method"] == "GET"
+        answer = await client.request("POST", window_op_path(12, "close"))
+        assert answer.content == b"12 close"
 
 
 async def test_large_bodies_arrive_whole_both_ways():

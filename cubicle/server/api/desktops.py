@@ -40,6 +40,7 @@ from cubicle.protocol.models import (
     WindowOp,
     WindowsQuery,
 )
+from cubicle.protocol.routes import GuestPath, window_op_path
 from cubicle.protocol.service import (
     CreateDesktop,
     DesktopInfo,
@@ -120,7 +121,7 @@ async def screenshot(
     at once per desktop; past a short line, 429 with `Retry-After`."""
     async with manager.lane(desktop_id, LaneName.SCREENSHOT).slot():
         answer = await guest.request(
-            "GET", "/screenshot", params=params.model_dump(exclude_none=True, mode="json")
+            "GET", GuestPath.SCREENSHOT, params=params.model_dump(exclude_none=True, mode="json")
         )
     headers = {k: v for k, v in answer.headers.items() if k in _PASSED_HEADERS}
     headers["cache-control"] = "no-store"
@@ -130,7 +131,7 @@ async def screenshot(
 @router.get("/{desktop_id}/cursor", response_model=CursorPosition)
 async def cursor(guest: GuestDep) -> Response:
     """Where the pointer is (the guest's answer, checked, passed on as it came)."""
-    answer = await guest.request("GET", "/cursor")
+    answer = await guest.request("GET", GuestPath.CURSOR)
     answer.model(CursorPosition)
     return _json(answer)
 
@@ -141,7 +142,7 @@ _ENTRIES = TypeAdapter(list[FileEntry])
 
 @router.get("/{desktop_id}/windows")
 async def windows(guest: GuestDep, params: Annotated[WindowsQuery, Query()]) -> list[WindowInfo]:
-    answer = await guest.request("GET", "/windows", params=params.model_dump(mode="json"))
+    answer = await guest.request("GET", GuestPath.WINDOWS, params=params.model_dump(mode="json"))
     return _WINDOWS.validate_json(answer.content)
 
 
@@ -149,7 +150,7 @@ async def windows(guest: GuestDep, params: Annotated[WindowsQuery, Query()]) -> 
 async def window_op(
     guest: GuestDep, window_id: Annotated[int, Path(ge=0, le=2**32 - 1)], op: WindowOp
 ) -> Response:
-    await guest.request("POST", f"/windows/{window_id}/{op}")
+    await guest.request("POST", window_op_path(window_id, op))
     return Response(status_code=204)
 
 
@@ -159,7 +160,9 @@ async def accessibility(
 ) -> A11yTree:
     """The accessibility (AT-SPI) tree: roles, names, states, boxes in screen pixels."""
     async with manager.lane(desktop_id, LaneName.A11Y).slot():
-        answer = await guest.request("GET", "/a11y", params=params.model_dump(exclude_none=True))
+        answer = await guest.request(
+            "GET", GuestPath.A11Y, params=params.model_dump(exclude_none=True)
+        )
     return answer.model(A11yTree)
 
 
@@ -167,12 +170,14 @@ async def accessibility(
 async def exec_command(guest: GuestDep, body: ExecRequest) -> Response:
     """Run a command inside the desktop; `stream: true` answers NDJSON as output comes."""
     if not body.stream:
-        answer = await guest.request("POST", "/exec", json=body, timeout_s=body.timeout_s + 30)
+        answer = await guest.request(
+            "POST", GuestPath.EXEC, json=body, timeout_s=body.timeout_s + 30
+        )
         return _json(answer)
     # The guest's answer stays open until the last line has been passed on.
     held = contextlib.AsyncExitStack()
     output = await held.enter_async_context(
-        guest.stream("POST", "/exec", json=body, read_timeout_s=body.timeout_s + 30)
+        guest.stream("POST", GuestPath.EXEC, json=body, read_timeout_s=body.timeout_s + 30)
     )
     return StreamingResponse(
         output.chunks(),
@@ -187,7 +192,7 @@ async def read_file(
 ) -> Response:
     """A file's bytes, or a directory's listing as JSON."""
     async with manager.lane(desktop_id, LaneName.FILES).slot():
-        answer = await guest.request("GET", "/files", params=params.model_dump())
+        answer = await guest.request("GET", GuestPath.FILES, params=params.model_dump())
     if answer.headers.get("content-type") == "application/json":  # a directory's listing
         listing = _ENTRIES.validate_json(answer.content)  # checked, never passed on blind
         return Response(_ENTRIES.dump_json(listing), media_type="application/json")
@@ -242,34 +247,36 @@ async def write_file(
     if manager.runtime(manager.get(desktop_id).runtime).disks_on_this_host:
         _check_host_room(settings.data_dir, len(data))
     async with manager.lane(desktop_id, LaneName.FILES).slot():
-        answer = await guest.request("PUT", "/files", params=params.model_dump(), content=data)
+        answer = await guest.request(
+            "PUT", GuestPath.FILES, params=params.model_dump(), content=data
+        )
     return answer.model(FileEntry)
 
 
 @router.delete("/{desktop_id}/files", status_code=204)
 async def delete_file(guest: GuestDep, params: Annotated[FilesQuery, Query()]) -> Response:
-    await guest.request("DELETE", "/files", params=params.model_dump())
+    await guest.request("DELETE", GuestPath.FILES, params=params.model_dump())
     return Response(status_code=204)
 
 
 @router.get("/{desktop_id}/clipboard")
 async def get_clipboard(guest: GuestDep) -> ClipboardText:
-    return (await guest.request("GET", "/clipboard")).model(ClipboardText)
+    return (await guest.request("GET", GuestPath.CLIPBOARD)).model(ClipboardText)
 
 
 @router.put("/{desktop_id}/clipboard", status_code=204)
 async def set_clipboard(guest: GuestDep, body: ClipboardText) -> Response:
-    await guest.request("PUT", "/clipboard", json=body)
+    await guest.request("PUT", GuestPath.CLIPBOARD, json=body)
     return Response(status_code=204)
 
 
 @router.post("/{desktop_id}/open")
 async def open_target(guest: GuestDep, body: OpenRequest) -> Launched:
     """Open a file or URL with its default application."""
-    return (await guest.request("POST", "/open", json=body)).model(Launched)
+    return (await guest.request("POST", GuestPath.OPEN, json=body)).model(Launched)
 
 
 @router.post("/{desktop_id}/launch")
 async def launch(guest: GuestDep, body: LaunchRequest) -> Launched:
     """Start an application by name (`mousepad`, `terminal`, `files`, `browser`, …)."""
-    return (await guest.request("POST", "/launch", json=body)).model(Launched)
+    return (await guest.request("POST", GuestPath.LAUNCH, json=body)).model(Launched)

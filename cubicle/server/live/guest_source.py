@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from cubicle.protocol.frames import EncodedFrame, read_frames
+from cubicle.protocol.routes import GuestPath
 from cubicle.server.guest_client import GuestClient
 
 FPS = 30
@@ -24,9 +25,9 @@ class GuestFrames:
     async def open(self) -> AsyncIterator[AsyncIterator[EncodedFrame]]:
         # No read timeout: a still screen sends nothing for as long as it stays still.
         async with self._guest().stream(
-            "GET", "/frames", params={"fps": self._fps}, read_timeout_s=None
+            "GET", GuestPath.FRAMES, params={"fps": self._fps}, read_timeout_s=None
         ) as response:
             yield read_frames(response.chunks())
 
     async def request_keyframe(self) -> None:
-        await self._guest().request("POST", "/frames/keyframe")
+        await self._guest().request("POST", GuestPath.FRAMES_KEYFRAME)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from cubicle.guest.video.source import VideoStats
 from cubicle.protocol import actions as a
 from cubicle.protocol.errors import Conflict, DesktopNotFound, NotFound, RecordingNotFound
+from cubicle.protocol.routes import GuestPath
 from cubicle.protocol.service import ActionLog, DesktopInfo, RecordingInfo
 from cubicle.server.events import ActionsRan, DesktopEnded, DesktopEvent, LinkRevoked
 from cubicle.server.live.control import Control, ControlState, Transport, Viewer
@@ -191,7 +192,7 @@ class LiveDesktop:
     async def state(self) -> LiveState:
         controller = self.control.controller
         try:
-            answer = await self._guest().request("GET", "/frames/stats")
+            answer = await self._guest().request("GET", GuestPath.FRAMES_STATS)
             encoder = _VIDEO_STATS.validate_json(answer.content)
         except (NotFound, ValidationError):
             encoder = None

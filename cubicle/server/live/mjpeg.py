@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 from cubicle.protocol.errors import CubicleError, DesktopUnavailable, NotFound
+from cubicle.protocol.routes import GuestPath
 from cubicle.server.guest_client import GuestClient
 
 log = logging.getLogger("cubicle.streaming")
@@ -83,7 +84,7 @@ class JpegFeed:
             try:
                 response = await self._guest().request(
                     "GET",
-                    "/screenshot",
+                    GuestPath.SCREENSHOT,
                     params={"format": "jpeg", "quality": QUALITY, "cursor": True},
                 )
             except (DesktopUnavailable, NotFound) as exc:

@@ -1,0 +1,31 @@
+"""`GuestPath`: the paths of the guest's HTTP routes, one copy for the guest app that serves
+them and the service (its desktop routes, manager and live view) that calls them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class GuestPath(StrEnum):
+    """A route of the guest app inside a desktop."""
+
+    HEALTH = "/health"
+    ACTIONS = "/actions"
+    SCREENSHOT = "/screenshot"
+    CURSOR = "/cursor"
+    WINDOWS = "/windows"
+    WINDOW_OP = "/windows/{window_id}/{op}"
+    A11Y = "/a11y"
+    EXEC = "/exec"
+    FILES = "/files"
+    CLIPBOARD = "/clipboard"
+    OPEN = "/open"
+    LAUNCH = "/launch"
+    FRAMES = "/frames"
+    FRAMES_KEYFRAME = "/frames/keyframe"
+    FRAMES_STATS = "/frames/stats"
+
+
+def window_op_path(window_id: int | str, op: str) -> str:
+    """The path of `GuestPath.WINDOW_OP` for one window and operation."""
+    return GuestPath.WINDOW_OP.format(window_id=window_id, op=op)
