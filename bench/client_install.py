@@ -24,7 +24,6 @@ from bench._bare import make_bare_venv, site_packages, tree_bytes
 from bench._run import Options, Target, progress
 
 TARGET_BARE_MIB = 30.0
-TARGET_IMPORT_MS = 300.0
 _CLIENT = "from cubicle import Desktop; Desktop.create"
 _SERVER = "import cubicle.server.app"
 
@@ -81,8 +80,8 @@ def run(options: Options) -> ClientInstall:
         targets=[
             Target(f"bare install under {TARGET_BARE_MIB:.0f} MiB", bare_mib < TARGET_BARE_MIB),
             Target(
-                f"`from cubicle import Desktop` under {TARGET_IMPORT_MS:.0f} ms",
-                bare_ms < TARGET_IMPORT_MS,
+                "`from cubicle import Desktop` no slower in the bare install than the full one",
+                bare_ms <= full_ms,
             ),
         ],
     )
