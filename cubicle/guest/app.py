@@ -34,7 +34,6 @@ from cubicle.protocol.errors import (
     DesktopGone,
     InvalidRequest,
     PayloadTooLarge,
-    answer_for,
     describe_validation,
 )
 from cubicle.protocol.lanes import LaneName
@@ -64,10 +63,7 @@ _windows = TypeAdapter(list[WindowInfo])
 
 
 async def _on_error(_: Request, exc: Exception) -> Response:
-    answer = answer_for(exc, log_hint="the desktop's log")
-    if answer.status == 500:
-        log.exception("unexpected error", exc_info=exc)
-    return Response(answer.json(), answer.status, answer.headers, media_type="application/json")
+    return error_answer(exc)
 
 
 class RequireSecret:
