@@ -355,6 +355,14 @@ def test_the_warm_pool_keeps_its_spare_on_a_worker(cluster, state):
     state.service = ray_service(cluster, restart_of=state.service, CUBICLE_WARM_POOL="1")
     workers = {worker.node_id for worker in cluster.workers}
     with state.service.client() as api:
+        # The spare boots after the service answers; a request before it is ready
+        # boots its own desktop, which is right but not what this test is about.
+        wait_until(
+            lambda: (p := api.get("/api/pool").json())["ready"] == 1 and p,
+            START_TIMEOUT_S,
+            0.25,
+            "the warm spare ready",
+        )
         info = api.post("/api/desktops", json={}).json()
         state.desktops[info["id"]] = info
         assert info["from_pool"] is True, (api.get("/api/pool").json(), state.service.log_tail())
