@@ -300,11 +300,6 @@ def raise_for_status(status: int, content: bytes) -> None:
     raise body.to_error(status)
 
 
-def error_json(exc: CubicleError) -> bytes:
-    """The `ErrorBody` of `exc` as JSON bytes."""
-    return ErrorBody.of(exc).model_dump_json().encode()
-
-
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 """Codes of the plain HTTP errors a router raises itself (no route, wrong method)."""
 

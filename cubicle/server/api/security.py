@@ -21,7 +21,7 @@ from fastapi import HTTPException
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cubicle.protocol.errors import CubicleError, PayloadTooLarge, error_json
+from cubicle.protocol.errors import CubicleError, PayloadTooLarge, answer_for
 from cubicle.server.api.auth import ADMIN_COOKIE, SHARE_COOKIE, Access, read_token
 
 PAGE_CSP = (
@@ -167,12 +167,13 @@ def _too_large(size: int | None, limit: int) -> str:
 
 
 async def _refuse(send: Send, extra: list, size: int, limit: int) -> None:
-    body = error_json(PayloadTooLarge(_too_large(size, limit)))
+    answer = answer_for(PayloadTooLarge(_too_large(size, limit)), log_hint="")
+    body = answer.json()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
         *extra,
     ]
-    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
