@@ -1,13 +1,13 @@
 """`code`: run_code("1+1") in a warm context against a fresh interpreter per call.
 
 Ours: `POST /api/desktops/{id}/code` with `{"code": "1+1"}` on the desktop's default
-Python context (a warm Jupyter kernel), read to its `end_of_execution` event, with the
+Python context (a warm IPython process), read to its `end_of_execution` event, with the
 standard library's `http.client` on one keep-alive connection (the API's figure), and the
 same through the SDK (`Desktop.run_code`, blocking). Beside it, in the same run and on the
 same desktop: `exec("python3 -c 'print(1+1)'")` through the API, a new interpreter per call,
-what a caller without contexts does. Also: the first run in a new context (the kernel's
+what a caller without contexts does. Also: the first run in a new context (the process's
 start included), a matplotlib chart round trip (a bar chart shown, its PNG back), and the
-memory of an idle context (the proportional set size of its kernel's processes).
+memory of an idle context (the proportional set size of its processes).
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ class CodeResult:
     speedup_vs_exec: float
     """exec's median over run_code's (REST)."""
     first_run_new_context: Summary
-    """Create a context and run "1+1" in it: the kernel's start included."""
+    """Create a context and run "1+1" in it: the process's start included."""
     chart_round_trip: Summary
     """A matplotlib bar chart shown, its PNG back (warm context, pyplot imported)."""
     chart_png_bytes: int
     idle_context_pss_mb: float
-    """Proportional set size of one idle context's kernel processes, MB (mean)."""
+    """Proportional set size of one idle context's processes, MB (mean)."""
     targets: list[Target]
 
 

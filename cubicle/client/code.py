@@ -33,7 +33,7 @@ _FORMATS = ("text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex", "j
 @dataclass(frozen=True)
 class Result:
     """One rich result: the last expression's value (`is_main_result`) or a display such
-    as a matplotlib figure. Each format the kernel gave is set; the others are None."""
+    as a matplotlib figure. Each format the context gave is set; the others are None."""
 
     text: str | None = None
     html: str | None = None
@@ -62,7 +62,7 @@ class Result:
 class ExecutionError:
     name: str
     """The exception's class; `TimeoutError` past the run's timeout; `KernelDied` when the
-    kernel process ended (the next run restarts the context without its state)."""
+    context's process ended (the next run restarts the context without its state)."""
     value: str
     traceback: str
 
@@ -94,7 +94,7 @@ OnResult = Callable[[Result], Any]
 OnError = Callable[[ExecutionError], Any]
 
 _START_ALLOWANCE_S = 90.0
-"""Seconds beyond the run's timeout to wait for its events (a kernel's start)."""
+"""Seconds beyond the run's timeout to wait for its events (a context's start)."""
 
 
 async def run_code(

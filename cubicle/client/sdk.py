@@ -472,7 +472,7 @@ class AsyncDesktop:
         timeout_s: float = 300,
         envs: dict[str, str] | None = None,
     ) -> _code.Execution:
-        """Run code in a persistent context (a Jupyter kernel in the desktop): variables,
+        """Run code in a persistent context (an IPython process in the desktop): variables,
         imports and data stay for the next run. Without `context`, the language's default
         context runs it (Python when no language is given). Past `timeout_s` the run is
         interrupted and `.error.name` is `TimeoutError`; the context keeps its state."""
@@ -497,7 +497,7 @@ class AsyncDesktop:
     async def create_code_context(
         self, language: str = "python", cwd: str | None = None
     ) -> ContextInfo:
-        """A new context with its own kernel and state; `cwd` is its working directory."""
+        """A new context with its own process and state; `cwd` is its working directory."""
         body = CreateContext(language=language, cwd=cwd).model_dump(exclude_none=True)
         return await self._model(ContextInfo, "POST", "contexts", json=body)
 
@@ -505,7 +505,7 @@ class AsyncDesktop:
         return _CONTEXTS.validate_json((await self._call("GET", "contexts")).content)
 
     async def restart_code_context(self, context: ContextInfo | str) -> ContextInfo:
-        """Start the context's kernel afresh: its state is dropped."""
+        """Start the context's process afresh: its state is dropped."""
         context_id = context.id if isinstance(context, ContextInfo) else context
         return await self._model(ContextInfo, "POST", f"contexts/{quote(context_id)}/restart")
 

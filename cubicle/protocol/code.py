@@ -1,6 +1,6 @@
 """Code contexts: the models of `POST /code` and `/contexts` (docs/code.md).
 
-A context is a live Jupyter kernel inside the desktop, so variables, imports and open
+A context is a live Python process (IPython) inside the desktop, so variables, imports and open
 figures survive from one run to the next. A run answers NDJSON lines, one `CodeEvent` each,
 in the shapes E2B's code interpreter streams (`type` names the event), so the same events
 serve E2B's port-49999 surface unchanged.
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from cubicle.protocol.models import NO_NUL, EnvName
 
 LANGUAGES = ("python",)
-"""Languages a context can run: each names a Jupyter kernel shipped in the desktop."""
+"""Languages a context can run: each runs in a process the desktop ships."""
 
 Language = Annotated[str, Field(min_length=1, max_length=64)]
 """A language name; one outside `LANGUAGES` is refused with what is served."""

@@ -1,23 +1,28 @@
-"""`Contexts`: the desktop's live Jupyter kernels, and runs of code in them.
+"""`Contexts`: the desktop's live Python processes, and runs of code in them.
 
-Each context is one kernel process started as a child of the guest, so it runs as the
-desktop's user under the desktop's limits (memory, pids, network). A run is read from the
-kernel's IOPub channel and passed on event by event, never collected whole.
+Each context is one process running IPython's shell (`shell.py`), a child of the guest,
+so it runs as the desktop's user under the desktop's limits (memory, pids, network). A
+run's output and results are read from the process's pipes and passed on event by event,
+never collected whole.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import collections
 import contextlib
 import json
-import queue
+import os
 import re
 import shutil
-import tempfile
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -43,17 +48,10 @@ _INTERRUPT_GRACE_S = 5.0
 _POLL_S = 0.5
 """Seconds between checks that the kernel still lives while a run is silent."""
 _START_TIMEOUT_S = 60.0
-_OOM_SCORE_ADJ = 800
-"""A kernel is the first the OOM killer picks in its desktop, before the X server or the
-guest: code that eats the desktop's memory ends its own kernel (reported as `KernelDied`)."""
-_LAUNCH = (
-    f"open('/proc/self/oom_score_adj', 'w').write('{_OOM_SCORE_ADJ}')\n"
-    "import sys\n"
-    "sys.path[:] = [p for p in sys.path if p]\n"  # as ipykernel_launcher: not the cwd
-    "from ipykernel import kernelapp\n"
-    "kernelapp.launch_new_instance()\n"
-)
-"""`python -c` of a kernel: ipykernel_launcher's start, after raising its OOM score."""
+_PIPE_SIZE = 65536
+"""Bytes a pipe holds (Linux's default)."""
+_SHELL = (Path(__file__).parent / "shell.py").read_text()
+"""The program of a context's process, run as `python3 -c` by the desktop's Python."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _FORMATS = {
     "text/plain": "text",
@@ -70,7 +68,7 @@ _FORMATS = {
 
 
 def _python() -> str:
-    """The system's Python, whose site-packages hold ipykernel and the data-science stack
+    """The system's Python, whose site-packages hold IPython and the data-science stack
     (not a virtualenv the guest may run from)."""
     found = shutil.which("python3", path="/usr/bin:/bin")
     if found is None:
@@ -98,121 +96,117 @@ def result_event(data: dict, is_main: bool) -> ResultEvent:
 
 
 class Context:
-    """One kernel and what runs in it; one run at a time."""
+    """One Python process (`shell.py`) and what runs in it; one run at a time."""
 
     def __init__(self, context_id: str, language: str, cwd: Path, env: dict[str, str]) -> None:
         self.id = context_id
         self.language = language
         self.cwd = cwd
         self._env = env
-        self._manager = None
-        self._client = None
-        self._dir: str | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._requests = -1
+        self._pipes: _Pipes | None = None
+        self._runs = 0
+        self._unfinished: int | None = None
+        """The run whose end was not read (its caller went away), read before the next."""
         self.lock = asyncio.Lock()
         self.died: str | None = None
-        """Why the kernel ended under a run, until the next run restarts it."""
+        """Why the process ended under a run, until the next run restarts it."""
 
     def info(self) -> ContextInfo:
         return ContextInfo(id=self.id, language=self.language, cwd=str(self.cwd))
 
     async def start(self) -> None:
-        from jupyter_client.kernelspec import KernelSpec
-        from jupyter_client.manager import AsyncKernelManager
-
-        self._dir = tempfile.mkdtemp(prefix="cubicle-kernel-")
-        manager = AsyncKernelManager(connection_file=f"{self._dir}/kernel.json")
-        manager._kernel_spec = KernelSpec(
-            argv=[_python(), "-c", _LAUNCH, "-f", "{connection_file}"],
-            display_name="Python 3",
-            language="python",
-        )
-        env = {
-            **self._env,
-            "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-            "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-        }
+        env = {**self._env, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
         env.pop("VIRTUAL_ENV", None)
+        requests_r, requests_w = os.pipe()
+        events_r, events_w = os.pipe()
         try:
-            await manager.start_kernel(env=env, cwd=str(self.cwd))
+            process = await asyncio.to_thread(
+                subprocess.Popen,
+                [_python(), "-c", _SHELL, str(requests_r), str(events_w)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(requests_r, events_w),
+                cwd=self.cwd,
+                env=env,
+                start_new_session=True,  # an interrupt or a stop reaches its children too
+            )
         except OSError as exc:
-            raise SandboxError(f"could not start a {self.language} kernel: {exc}") from exc
-        client = manager.client()
-        client.start_channels()
-        try:
-            await client.wait_for_ready(timeout=_START_TIMEOUT_S)
-        except RuntimeError as exc:
-            client.stop_channels()
-            await manager.shutdown_kernel(now=True)
-            raise SandboxError(f"the {self.language} kernel did not start: {exc}") from exc
-        self._manager, self._client, self.died = manager, client, None
+            for fd in (requests_r, requests_w, events_r, events_w):
+                os.close(fd)
+            raise SandboxError(f"could not start a {self.language} context: {exc}") from exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(requests_r)
+                os.close(events_w)
+        assert process.stdout is not None and process.stderr is not None
+        self._process, self._requests, self.died = process, requests_w, None
+        self._unfinished = None
+        self._pipes = _Pipes(events_r, process.stdout.fileno(), process.stderr.fileno())
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while (event := await self._pipes.event(deadline)) is None or event[0] != "ready":
+            if event is None or event[0] == "eof" or time.monotonic() > deadline:
+                why = self._pipes.stderr_tail()
+                await self.stop()
+                raise SandboxError(f"the {self.language} context did not start: {why}")
 
     async def stop(self) -> None:
-        client, manager, self._client, self._manager = self._client, self._manager, None, None
-        if client is not None:
-            client.stop_channels()
-        if manager is not None:
-            with contextlib.suppress(Exception):
-                await manager.shutdown_kernel(now=True)
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        process, pipes, self._process, self._pipes = self._process, self._pipes, None, None
+        if self._requests >= 0:
+            os.close(self._requests)
+            self._requests = -1
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await asyncio.to_thread(process.wait)
+        if pipes is not None:
+            pipes.close()
 
     async def restart(self) -> None:
         await self.stop()
         await self.start()
 
     async def alive(self) -> bool:
-        return self._manager is not None and await self._manager.is_alive()
+        return self._process is not None and self._process.poll() is None
 
     async def interrupt(self) -> None:
-        if await self.alive():
-            await self._manager.interrupt_kernel()
+        self._interrupt()
 
-    async def _silent(self, code: str) -> None:
-        """Run set-up code (environment variables) whose output nobody reads."""
-        msg_id = self._client.execute(code, silent=True, store_history=False, stop_on_error=False)
-        with contextlib.suppress(queue.Empty):
-            while True:
-                reply = await self._client.get_shell_msg(timeout=10)
-                if reply["parent_header"].get("msg_id") == msg_id:
-                    return
+    def _interrupt(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGINT)
 
     async def run(self, request: RunCode) -> AsyncIterator[BaseModel]:
-        """Run code, yielding its events as the kernel sends them, then the end."""
+        """Run code, yielding its events as the process sends them, then the end."""
         async with self.lock:
+            if self._unfinished is not None:
+                await self._finish(self._unfinished)
             if not await self.alive():
                 why = self.died or "it had ended"
                 await self.restart()
                 yield OutputEvent(
                     type="stderr",
-                    text=f"[the context's kernel was restarted ({why}); its state was lost]\n",
+                    text=f"[the context's process was restarted ({why}); its state was lost]\n",
                     timestamp=_now_ns(),
-                )
-            if request.env_vars:
-                await self._silent(
-                    "import os as _cubicle_os\n"
-                    f"_cubicle_env = {{k: _cubicle_os.environ.get(k) "
-                    f"for k in {list(request.env_vars)!r}}}\n"
-                    f"_cubicle_os.environ.update({json.dumps(request.env_vars)})\n"
                 )
             async for event in self._events(request):
                 yield event
-            if request.env_vars and await self.alive():
-                await self._silent(
-                    "for _k, _v in _cubicle_env.items():\n"
-                    "    _cubicle_os.environ.pop(_k, None) if _v is None "
-                    "else _cubicle_os.environ.__setitem__(_k, _v)\n"
-                    "del _k, _v, _cubicle_env, _cubicle_os\n"
-                )
             yield EndEvent()
 
     async def _events(self, request: RunCode) -> AsyncIterator[BaseModel]:
-        client = self._client
-        # stop_on_error=False: else ipykernel aborts a request that arrives just after an
-        # error or an interrupt (it answers busy, idle and nothing else), seen as an empty run.
-        msg_id = client.execute(
-            request.code, store_history=True, allow_stdin=False, stop_on_error=False
-        )
+        pipes = self._pipes
+        assert pipes is not None
+        self._runs += 1
+        run = self._unfinished = self._runs
+        asked = {"run": run, "code": request.code, "env": request.env_vars}
+        line = json.dumps(asked).encode() + b"\n"
+        if len(line) <= _PIPE_SIZE:  # the process waits for it: the pipe takes it at once
+            _write_all(self._requests, line)
+        else:
+            await asyncio.to_thread(_write_all, self._requests, line)
         deadline = time.monotonic() + request.timeout_s
         interrupted_at: float | None = None
         passed = 0
@@ -224,32 +218,17 @@ class Context:
                 if interrupted_at is None and now >= deadline:
                     interrupted_at = now
                     await self.interrupt()
-                wait = _POLL_S if interrupted_at is not None else min(_POLL_S, deadline - now)
-                try:
-                    msg = await client.get_iopub_msg(timeout=max(wait, 0.01))
-                except queue.Empty:
-                    if not await self.alive():
-                        self.died = "the kernel process ended during a run"
-                        yield ErrorEvent(
-                            name="KernelDied",
-                            value="the kernel process ended (os._exit, a crash, or the "
-                            "desktop's memory limit); the next run restarts the context "
-                            "without its state",
-                            traceback="",
-                        )
-                        done = True
-                        return
-                    if interrupted_at is not None and now - interrupted_at > _INTERRUPT_GRACE_S:
-                        await self.restart()
-                        yield self._timeout_error(request, restarted=True)
-                        done = True
-                        return
+                if interrupted_at is not None and now - interrupted_at > _INTERRUPT_GRACE_S:
+                    await self.restart()
+                    yield self._timeout_error(request, restarted=True)
+                    done = True
+                    return
+                wait_until = deadline if interrupted_at is None else now + _POLL_S
+                got = await pipes.event(wait_until)
+                if got is None:
                     continue
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    continue
-                kind, content = msg["msg_type"], msg["content"]
-                if kind == "stream":
-                    text = content.get("text", "")
+                kind, content = got
+                if kind in ("stdout", "stderr"):
                     if passed >= OUTPUT_CAP:
                         if not capped:
                             capped = True
@@ -259,35 +238,63 @@ class Context:
                                 timestamp=_now_ns(),
                             )
                         continue
-                    text = text[: OUTPUT_CAP - passed]
+                    text = content[: OUTPUT_CAP - passed]
                     passed += len(text)
-                    name = "stderr" if content.get("name") == "stderr" else "stdout"
-                    yield OutputEvent(type=name, text=text, timestamp=_now_ns())
-                elif kind == "execute_input":
-                    yield CountEvent(execution_count=content.get("execution_count") or 0)
-                elif kind in ("execute_result", "display_data"):
-                    yield result_event(content.get("data", {}), kind == "execute_result")
+                    yield OutputEvent(type=kind, text=text, timestamp=_now_ns())
+                elif kind == "count":
+                    yield CountEvent(execution_count=content.get("n") or 0)
+                elif kind == "result":
+                    yield result_event(content.get("data", {}), bool(content.get("main")))
                 elif kind == "error":
-                    if interrupted_at is not None and content.get("ename") == "KeyboardInterrupt":
+                    if interrupted_at is not None and content.get("name") == "KeyboardInterrupt":
                         yield self._timeout_error(request, restarted=False)
                     else:
                         yield ErrorEvent(
-                            name=content.get("ename", "Error"),
-                            value=content.get("evalue", ""),
-                            traceback=_ANSI.sub("", "\n".join(content.get("traceback", []))),
+                            name=content.get("name", "Error"),
+                            value=content.get("value", ""),
+                            traceback=_ANSI.sub("", content.get("traceback", "")),
                         )
-                elif kind == "status" and content.get("execution_state") == "idle":
+                elif kind == "done":
+                    self._unfinished = None
+                    done = True
+                    return
+                elif kind == "eof":
+                    await self.stop()
+                    self.died = "the context's process ended during a run"
+                    yield ErrorEvent(
+                        name="KernelDied",
+                        value="the context's process ended (os._exit, a crash, or the "
+                        "desktop's memory limit); the next run restarts the context "
+                        "without its state",
+                        traceback="",
+                    )
                     done = True
                     return
         finally:
             if not done:  # the reader went away mid-run: stop the code, keep the context
-                with contextlib.suppress(Exception):
-                    await self.interrupt()
+                self._interrupt()
+
+    async def _finish(self, run: int) -> None:
+        """Read the rest of `run`, whose caller went away, so the next run starts clean;
+        stop the process if the run does not end within the grace period."""
+        pipes = self._pipes
+        deadline = time.monotonic() + _INTERRUPT_GRACE_S
+        while pipes is not None and time.monotonic() < deadline:
+            got = await pipes.event(deadline)
+            if got is not None and got[0] == "eof":
+                self.died = "the context's process ended during a run"
+                await self.stop()
+                return
+            if got is not None and got[0] == "done" and got[1].get("run") == run:
+                self._unfinished = None
+                return
+        self.died = "a run whose caller went away did not stop"
+        await self.stop()
 
     @staticmethod
     def _timeout_error(request: RunCode, restarted: bool) -> ErrorEvent:
         after = (
-            "the kernel did not stop, so it was restarted without its state"
+            "the context's process did not stop, so it was restarted without its state"
             if restarted
             else "the context keeps its state"
         )
@@ -297,6 +304,110 @@ class Context:
             + after,
             traceback="",
         )
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class _Pipes:
+    """A context process's three outputs, read as one stream of events.
+
+    Read only when asked (`event`), so a flood of output waits in the pipes, not here.
+    The process flushes stdout and stderr before writing each event, so both are read
+    before the events pipe, keeping a run's output ahead of what follows it.
+    """
+
+    _CHUNK = 1 << 16
+
+    def __init__(self, events: int, stdout: int, stderr: int) -> None:
+        self._fds = {"events": events, "stdout": stdout, "stderr": stderr}
+        for fd in self._fds.values():
+            os.set_blocking(fd, False)
+        self._decoders = {
+            name: codecs.getincrementaldecoder("utf-8")(errors="replace")
+            for name in ("stdout", "stderr")
+        }
+        self._lines = b""
+        self._ready: collections.deque[tuple[str, dict]] = collections.deque()
+        self._eof = False
+        self._stderr_tail = ""
+
+    def stderr_tail(self) -> str:
+        return self._stderr_tail[-2000:].strip() or "no output"
+
+    async def event(self, deadline: float) -> tuple[str, Any] | None:
+        """The next event, `("eof", {})` once the process is gone, or None at `deadline`."""
+        while True:
+            for name in ("stdout", "stderr"):
+                text = self._read_text(name)
+                if text:
+                    if name == "stderr":
+                        self._stderr_tail = (self._stderr_tail + text)[-4000:]
+                    return name, text
+            if self._ready:
+                return self._ready.popleft()
+            if self._eof:
+                return "eof", {}
+            self._read_events()
+            if self._ready or self._eof:
+                continue
+            if not await self._wait(deadline):
+                return None
+
+    def _read_text(self, name: str) -> str:
+        try:
+            data = os.read(self._fds[name], self._CHUNK)
+        except (BlockingIOError, OSError):
+            return ""
+        return self._decoders[name].decode(data, final=not data)
+
+    def _read_events(self) -> None:
+        try:
+            data = os.read(self._fds["events"], self._CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._eof = True
+            return
+        self._lines += data
+        *whole, self._lines = self._lines.split(b"\n")
+        for line in whole:
+            event = json.loads(line)
+            self._ready.append((event.pop("kind"), event))
+
+    async def _wait(self, deadline: float) -> bool:
+        """Wait until a pipe has something to read; False at `deadline`."""
+        timeout = deadline - time.monotonic()
+        if timeout <= 0:
+            return False
+        loop = asyncio.get_running_loop()
+        readable = loop.create_future()
+
+        def wake() -> None:
+            if not readable.done():
+                readable.set_result(True)
+
+        for fd in self._fds.values():
+            loop.add_reader(fd, wake)
+        try:
+            async with asyncio.timeout(timeout):
+                await readable
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            for fd in self._fds.values():
+                loop.remove_reader(fd)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class Contexts:
