@@ -19,12 +19,12 @@ from starlette.types import Receive, Scope, Send
 
 from cubicle.guest.web import query
 from cubicle.protocol.errors import DesktopGone
-from cubicle.protocol.frames import EncodedFrame
+from cubicle.protocol.frames import EncodedFrame, Subscription
 from cubicle.protocol.models import FramesQuery
 from cubicle.protocol.routes import GuestPath
 
 if TYPE_CHECKING:
-    from cubicle.guest.video.source import Subscription, VideoSource, VideoStats
+    from cubicle.guest.video.source import VideoSource, VideoStats
 
 
 @functools.cache

@@ -19,7 +19,8 @@ from Xlib.ext import xtest
 from cubicle.guest.screen import ScreenCapture
 from cubicle.guest.video.encoder import H264Encoder
 from cubicle.guest.video.pointer import CursorImage, Pointer, PointerWatch, blend
-from cubicle.guest.video.source import Subscription, VideoSource
+from cubicle.guest.video.source import VideoSource
+from cubicle.protocol.frames import Subscription
 from tests.streaming.h264 import Decoder
 
 GREY = 128

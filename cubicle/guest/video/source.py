@@ -25,14 +25,14 @@ import os
 import select
 import threading
 import time
-from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cubicle.guest.video.capture import DamagedScreen
 from cubicle.guest.video.encoder import H264Encoder
 from cubicle.guest.video.pointer import Pointer, PointerWatch
 from cubicle.protocol.errors import CubicleError, SandboxError
-from cubicle.protocol.frames import EncodedFrame
+from cubicle.protocol.frames import EncodedFrame, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -82,104 +82,6 @@ class _Counters:
         """CPU seconds of the threads that have ended."""
 
 
-class Subscription:
-    """Encoded frames for one consumer, starting at a keyframe.
-
-    An async iterator (ends when the source stops; raises `SandboxError` when capture or
-    encoding fails) and an async context manager that unsubscribes on exit. Use it on the
-    event loop it was made on.
-    """
-
-    def __init__(
-        self, source: VideoSource, loop: asyncio.AbstractEventLoop, fps: int, max_queue: int
-    ) -> None:
-        self.fps = fps
-        """Frames per second this consumer wants at most."""
-        self.dropped = 0
-        """Frames this consumer did not get (behind, or waiting for a keyframe)."""
-        self._source = source
-        self._loop = loop
-        self._max_queue = max_queue
-        self._queue: deque[EncodedFrame] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-        self._skipping = True  # until a keyframe arrives: every consumer starts at one
-        self._asked = True  # the source was asked for that keyframe on subscribe
-        self._error: CubicleError | None = None
-        self._closed = False
-
-    def __aiter__(self) -> Subscription:
-        return self
-
-    async def __anext__(self) -> EncodedFrame:
-        while not self._queue:
-            if self._error is not None:
-                raise self._error
-            if self._closed:
-                raise StopAsyncIteration
-            if self._skipping and not self._asked:  # caught up after falling behind
-                self._asked = True
-                self._source.request_keyframe()
-            self._waiter = self._loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._queue.popleft()
-
-    async def __aenter__(self) -> Subscription:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Unsubscribe; idempotent. The source stops its thread if nobody is left."""
-        self._end()
-        self._source._detach(self)
-
-    # --- run on the subscription's loop, for the source -----------------------------------
-
-    def _offer(self, frame: EncodedFrame) -> None:
-        if self._closed:
-            return
-        if self._skipping:
-            if not frame.keyframe or len(self._queue) >= self._max_queue:
-                self._drop()
-                return
-            self._skipping = self._asked = False
-        elif len(self._queue) >= self._max_queue:
-            self._skipping = True  # from here on, wait for a keyframe
-            self._drop()
-            return
-        self._queue.append(frame)
-        self._wake()
-
-    def _fail(self, error: CubicleError) -> None:
-        self._error = error
-        self._closed = True
-        self._wake()
-
-    def _end(self) -> None:
-        self._closed = True
-        self._queue.clear()
-        self._wake()
-
-    def _drop(self) -> None:
-        self.dropped += 1
-        self._source._counters.dropped += 1
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def _call(self, fn, *args) -> None:
-        """Run `fn` on this subscription's loop, from any thread."""
-        try:
-            self._loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody is left to read this subscription
-            self._closed = True
-
-
 class VideoSource:
     """The live video of one X display: capture on change, encode once, hand out to many.
 
@@ -206,7 +108,7 @@ class VideoSource:
         """A new consumer; its first frame is a keyframe. Starts capture if it is idle."""
         if not 1 <= fps <= MAX_FPS:
             raise ValueError(f"fps must be between 1 and {MAX_FPS}, not {fps}")
-        subscription = Subscription(self, asyncio.get_running_loop(), fps, self._max_queue)
+        subscription = Subscription(self, max_frames=self._max_queue, name="frames", fps=fps)
         with self._lock:
             if self._stopped:
                 raise SandboxError("the desktop's video source is stopped")
@@ -233,6 +135,7 @@ class VideoSource:
     def stats(self) -> VideoStats:
         with self._lock:
             subscribers, fps = len(self._subscriptions), self._fps
+            dropped = sum(s.dropped for s in self._subscriptions)
             last = self._last_worker
         running = last is not None and last.is_alive()
         counters = self._counters
@@ -246,7 +149,7 @@ class VideoSource:
             frames_encoded=counters.encoded,
             pointer_frames=counters.pointer_frames,
             keyframes=counters.keyframes,
-            frames_dropped=counters.dropped,
+            frames_dropped=counters.dropped + dropped,
             encode_seconds=counters.encode_seconds,
             cpu_seconds=counters.cpu_seconds_done + (last.cpu_seconds if running else 0.0),
         )
@@ -261,7 +164,8 @@ class VideoSource:
             last = self._last_worker
             self._fps = 0
         for subscription in subscriptions:
-            subscription._call(subscription._end)
+            self._counters.dropped += subscription.dropped
+            _call(subscription, subscription.end)
         if worker is not None:
             worker.stop()
         if last is not None:
@@ -269,9 +173,12 @@ class VideoSource:
 
     # --- for subscriptions and the worker -------------------------------------------------
 
-    def _detach(self, subscription: Subscription) -> None:
+    def detach(self, subscription: Subscription) -> None:
+        """`subscription` is closed: it gets no more frames."""
         with self._lock:
-            self._subscriptions.discard(subscription)
+            if subscription in self._subscriptions:
+                self._subscriptions.discard(subscription)
+                self._counters.dropped += subscription.dropped
             if self._subscriptions:
                 self._fps = max(s.fps for s in self._subscriptions)
                 return
@@ -289,7 +196,7 @@ class VideoSource:
         with self._lock:
             subscriptions = list(self._subscriptions)
         for subscription in subscriptions:
-            subscription._call(subscription._offer, frame)
+            _call(subscription, subscription.offer, frame)
 
     def _fail(self, worker: _Worker, error: CubicleError) -> None:
         with self._lock:
@@ -300,7 +207,14 @@ class VideoSource:
             self._subscriptions.clear()
             self._fps = 0
         for subscription in subscriptions:
-            subscription._call(subscription._fail, error)
+            self._counters.dropped += subscription.dropped
+            _call(subscription, subscription.fail, error)
+
+
+def _call(subscription: Subscription, fn: Callable[..., None], *args: object) -> None:
+    """Run `fn` on the subscription's event loop, from any thread."""
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads it any more
+        subscription.loop.call_soon_threadsafe(fn, *args)
 
 
 class _Worker(threading.Thread):

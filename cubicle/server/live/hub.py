@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import logging
 import time
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cubicle.protocol.errors import CubicleError, DesktopUnavailable, NotFound
-from cubicle.protocol.frames import EncodedFrame, FrameStreamError
+from cubicle.protocol.frames import EncodedFrame, FrameStreamError, Subscription
 
 log = logging.getLogger("cubicle.streaming")
 
@@ -74,70 +73,6 @@ class HubStats:
     height: int | None
 
 
-class Subscription:
-    """One consumer's view of a hub: iterate it for frames; it starts at a keyframe."""
-
-    def __init__(self, hub: FrameHub, name: str) -> None:
-        self.name = name
-        self.dropped = 0
-        """Frames this subscriber never got because it was slow or had just joined."""
-        self._hub = hub
-        self._queue: collections.deque[EncodedFrame] = collections.deque()
-        self._ready = asyncio.Event()
-        self._waiting_for_keyframe = True
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def close(self) -> None:
-        """Stop receiving frames; idempotent. The last close stops the hub's reader."""
-        if not self._closed:
-            self._closed = True
-            self._ready.set()
-            self._hub._unsubscribe(self)
-
-    def __aiter__(self) -> Subscription:
-        return self
-
-    async def __anext__(self) -> EncodedFrame:
-        """The next frame; the iteration ends once the subscription or the hub closed."""
-        while not self._queue:
-            if self._closed:
-                raise StopAsyncIteration
-            self._ready.clear()
-            await self._ready.wait()
-        return self._queue.popleft()
-
-    def _push(self, frame: EncodedFrame) -> None:
-        if self._closed:
-            return
-        if self._waiting_for_keyframe:
-            if not frame.keyframe:
-                self.dropped += 1
-                return
-            self._waiting_for_keyframe = False
-        elif self._queue and (
-            len(self._queue) >= QUEUE_FRAMES
-            or frame.pts_us - self._queue[0].pts_us > QUEUE_SECONDS * 1_000_000
-        ):
-            log.debug("%s fell behind: skipping %d frames", self.name, len(self._queue))
-            self.dropped += len(self._queue)
-            self._queue.clear()
-            if not frame.keyframe:
-                self.dropped += 1
-                self._waiting_for_keyframe = True
-                self._hub.request_keyframe()
-                return
-        self._queue.append(frame)
-        self._ready.set()
-
-    def _end(self) -> None:
-        self._closed = True
-        self._ready.set()
-
-
 class FrameHub:
     """Reads one source for as long as anyone subscribes, and fans its frames out."""
 
@@ -170,9 +105,11 @@ class FrameHub:
 
     def subscribe(self, name: str = "subscriber") -> Subscription:
         """A new subscription, starting at the next keyframe; starts the reader if needed."""
-        subscription = Subscription(self, name)
+        subscription = Subscription(
+            self, max_frames=QUEUE_FRAMES, max_span_us=int(QUEUE_SECONDS * 1e6), name=name
+        )
         if self._stopped:
-            subscription._end()
+            subscription.end()
             return subscription
         self._subscribers.append(subscription)
         if self._reader is None:
@@ -182,9 +119,11 @@ class FrameHub:
             self.request_keyframe()  # a fresh reader starts with a keyframe anyway
         return subscription
 
-    def _unsubscribe(self, subscription: Subscription) -> None:
-        with contextlib.suppress(ValueError):
-            self._subscribers.remove(subscription)
+    def detach(self, subscription: Subscription) -> None:
+        """`subscription` is closed: it gets no more frames."""
+        if subscription not in self._subscribers:
+            return
+        self._subscribers.remove(subscription)
         self._counts["dropped"] += subscription.dropped
         if not self._subscribers and self._reader is not None:
             # Nobody watches: stop reading, so the guest stops encoding. A subscriber that
@@ -265,12 +204,12 @@ class FrameHub:
         while self._arrivals and self._arrivals[0] < now - 2.0:
             self._arrivals.popleft()
         for subscription in self._subscribers:
-            subscription._push(frame)
+            subscription.offer(frame)
 
     def _end_all(self) -> None:
         for subscription in self._subscribers:
             self._counts["dropped"] += subscription.dropped
-            subscription._end()
+            subscription.end()
         self._subscribers.clear()
         self._reader = None
         if self._keyframer is not None:
@@ -301,7 +240,7 @@ class FrameHub:
         tasks = [t for t in (self._reader, self._keyframer, self._retired) if t is not None]
         self._reader = self._keyframer = self._retired = None
         for subscription in list(self._subscribers):
-            subscription._end()
+            subscription.end()
         self._subscribers.clear()
         for task in tasks:
             task.cancel()

@@ -37,10 +37,10 @@ import av
 
 from cubicle.protocol import actions as a
 from cubicle.protocol.errors import CubicleError
-from cubicle.protocol.frames import EncodedFrame
+from cubicle.protocol.frames import EncodedFrame, Subscription
 from cubicle.protocol.service import ActionEntry, ActionLog, ActionSource, RecordingInfo
 from cubicle.server.live.burnin import BurnIn
-from cubicle.server.live.hub import FrameHub, Subscription
+from cubicle.server.live.hub import FrameHub
 from cubicle.server.live.overlay import OverlayMessage
 
 log = logging.getLogger("cubicle.streaming")

@@ -43,8 +43,9 @@ from aiortc.rtcrtpparameters import (
 )
 
 from cubicle.protocol.errors import InvalidRequest
+from cubicle.protocol.frames import Subscription
 from cubicle.server.live.control import Control, Viewer
-from cubicle.server.live.hub import FrameHub, Subscription
+from cubicle.server.live.hub import FrameHub
 
 log = logging.getLogger("cubicle.streaming")
 
