@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import shlex
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,32 +58,23 @@ async def _form(request: Request) -> dict[str, Any]:
     return {key: form[key] for key in form}
 
 
-def build_app(desktop: AsyncDesktop) -> FastAPI:
-    """The OSWorld surface of `desktop`."""
-    ctx = TaskContext(desktop, files_root=_HOME, cache_dir=_HOME)  # neither is used here
-    app = FastAPI(title=f"OSWorld surface of desktop {desktop.id}", openapi_url=None)
-    recording: dict[str, str] = {}
+class OsworldRoutes:
+    """The endpoints of OSWorld's guest server, answered for one Cubicle desktop."""
 
-    @app.exception_handler(CubicleError)
-    async def cubicle_error(request: Request, exc: CubicleError) -> JSONResponse:
-        status = 404 if isinstance(exc, NotFound) else 400 if exc.status_code == 422 else 500
-        return JSONResponse({"status": "error", "message": exc.message}, status_code=status)
+    def __init__(self, desktop: AsyncDesktop) -> None:
+        self.desktop = desktop
+        self.ctx = TaskContext(desktop, files_root=_HOME, cache_dir=_HOME)  # neither is used
+        self._recording: str | None = None
+        """The id of the recording `/start_recording` began, until `/end_recording`."""
 
-    @app.exception_handler(ValueError)
-    async def bad_value(request: Request, exc: ValueError) -> JSONResponse:
-        return JSONResponse({"status": "error", "message": str(exc)}, status_code=400)
+    async def screenshot(self) -> Response:
+        return Response(await self.desktop.screenshot("png", cursor=True), media_type="image/png")
 
-    @app.get("/screenshot")
-    async def screenshot() -> Response:
-        return Response(await desktop.screenshot("png", cursor=True), media_type="image/png")
+    async def accessibility(self) -> dict[str, str]:
+        return {"AT": tree_to_xml(await self.desktop.accessibility_tree())}
 
-    @app.get("/accessibility")
-    async def accessibility() -> dict[str, str]:
-        return {"AT": tree_to_xml(await desktop.accessibility_tree())}
-
-    @app.get("/terminal")
-    async def terminal() -> JSONResponse:
-        tree = await desktop.accessibility_tree()
+    async def terminal(self) -> JSONResponse:
+        tree = await self.desktop.accessibility_tree()
         stack = list(tree.nodes)
         while stack:
             node = stack.pop()
@@ -92,19 +83,15 @@ def build_app(desktop: AsyncDesktop) -> FastAPI:
             stack.extend(node.children)
         return JSONResponse({"status": "error", "message": "no terminal window"}, 404)
 
-    @app.get("/platform")
-    async def platform() -> PlainTextResponse:
+    async def platform(self) -> PlainTextResponse:
         return PlainTextResponse("Linux")
 
-    @app.get("/cursor_position")
-    async def cursor_position() -> list[int]:
-        return list(await desktop.get_cursor_position())
+    async def cursor_position(self) -> list[int]:
+        return list(await self.desktop.get_cursor_position())
 
-    @app.post("/execute")
-    @app.post("/setup/execute")
-    async def execute(request: Request) -> dict[str, Any]:
+    async def execute(self, request: Request) -> dict[str, Any]:
         command, shell = _command(await request.json())
-        ran = await ctx.run(command, shell=shell, timeout_s=_EXEC_TIMEOUT_S)
+        ran = await self.ctx.run(command, shell=shell, timeout_s=_EXEC_TIMEOUT_S)
         return {
             "status": "success",
             "output": ran.stdout,
@@ -112,9 +99,8 @@ def build_app(desktop: AsyncDesktop) -> FastAPI:
             "returncode": ran.exit_code if ran.exit_code is not None else -1,
         }
 
-    @app.post("/run_python")
-    async def run_python(request: Request) -> dict[str, Any]:
-        ran = await ctx.python(str((await request.json()).get("code", "")), timeout_s=90)
+    async def run_python(self, request: Request) -> dict[str, Any]:
+        ran = await self.ctx.python(str((await request.json()).get("code", "")), timeout_s=90)
         ok = ran.exit_code == 0
         return {
             "status": "success" if ok else "error",
@@ -123,10 +109,9 @@ def build_app(desktop: AsyncDesktop) -> FastAPI:
             "error": ran.stderr,
         }
 
-    @app.post("/run_bash_script")
-    async def run_bash_script(request: Request) -> dict[str, Any]:
+    async def run_bash_script(self, request: Request) -> dict[str, Any]:
         data = await request.json()
-        ran = await desktop.exec(
+        ran = await self.desktop.exec(
             ["/bin/bash", "-s"],
             stdin=str(data.get("script", "")),
             cwd=data.get("working_dir") or None,
@@ -140,28 +125,26 @@ def build_app(desktop: AsyncDesktop) -> FastAPI:
             "returncode": ran.exit_code if ran.exit_code is not None else -1,
         }
 
-    @app.post("/file")
-    async def file(request: Request) -> Response:
+    async def file(self, request: Request) -> Response:
         path = str((await _form(request)).get("file_path", ""))
         try:
-            return Response(await desktop.files.read(path), media_type="application/octet-stream")
+            data = await self.desktop.files.read(path)
+            return Response(data, media_type="application/octet-stream")
         except (FileNotFound, PathNotAllowed) as exc:
             return JSONResponse({"status": "error", "message": exc.message}, 404)
 
-    @app.post("/setup/upload")
-    async def upload(request: Request) -> PlainTextResponse:
+    async def upload(self, request: Request) -> PlainTextResponse:
         form = await request.form()
         path, data = str(form.get("file_path", "")), form.get("file_data")
         if not path or data is None or isinstance(data, str):
             raise ValueError("send file_path and file_data as multipart form fields")
         parent = path.rsplit("/", 1)[0]
         if parent:
-            await ctx.run(["mkdir", "-p", parent])
-        await desktop.files.write(path, await data.read())
+            await self.ctx.run(["mkdir", "-p", parent])
+        await self.desktop.files.write(path, await data.read())
         return PlainTextResponse("File uploaded")
 
-    @app.post("/setup/launch")
-    async def launch(request: Request) -> PlainTextResponse:
+    async def launch(self, request: Request) -> PlainTextResponse:
         command, shell = _command(await request.json())
         argv = ["/bin/sh", "-c", command if isinstance(command, str) else " ".join(command)]
         if not shell:
@@ -171,72 +154,111 @@ def build_app(desktop: AsyncDesktop) -> FastAPI:
                 argv = chrome.browser_argv(argv)
             elif argv[0] in ("python", "python3"):
                 argv[0] = desktop_python()
-        await desktop.launch(*argv)
+        await self.desktop.launch(*argv)
         return PlainTextResponse(f"{' '.join(argv)} launched successfully")
 
-    @app.post("/setup/open_file")
-    async def open_file(request: Request) -> PlainTextResponse:
+    async def open_file(self, request: Request) -> PlainTextResponse:
         path = str((await request.json()).get("path", ""))
-        before = await ctx.window_marks()
-        await desktop.open(path)
-        if await ctx.wait_for_window_change(before, WINDOW_WAIT_S) is None:
+        before = await self.ctx.window_marks()
+        await self.desktop.open(path)
+        if await self.ctx.wait_for_window_change(before, WINDOW_WAIT_S) is None:
             return PlainTextResponse(f"no window showed {path} in time", 500)
         return PlainTextResponse(f"{path} opened successfully")
 
-    async def _window(request: Request, op: str) -> PlainTextResponse:
+    async def _window(self, request: Request, op: str) -> PlainTextResponse:
         data = await request.json()
-        window = await ctx.find_window(
+        window = await self.ctx.find_window(
             str(data.get("window_name", "")),
             strict=bool(data.get("strict", False)),
             by_class=bool(data.get("by_class", False)),
         )
         if window is None:
             return PlainTextResponse(f"no window matches {data.get('window_name')!r}", 404)
-        await desktop.window(window.id, op)  # type: ignore[arg-type]
+        await self.desktop.window(window.id, op)  # type: ignore[arg-type]
         return PlainTextResponse(f"window {op}d")
 
-    @app.post("/setup/activate_window")
-    async def activate_window(request: Request) -> PlainTextResponse:
-        return await _window(request, "activate")
+    async def activate_window(self, request: Request) -> PlainTextResponse:
+        return await self._window(request, "activate")
 
-    @app.post("/setup/close_window")
-    async def close_window(request: Request) -> PlainTextResponse:
-        return await _window(request, "close")
+    async def close_window(self, request: Request) -> PlainTextResponse:
+        return await self._window(request, "close")
 
-    @app.post("/screen_size")
-    async def screen_size() -> dict[str, int]:
-        return {"width": desktop.info.screen.width, "height": desktop.info.screen.height}
+    async def screen_size(self) -> dict[str, int]:
+        return {"width": self.desktop.info.screen.width, "height": self.desktop.info.screen.height}
 
-    @app.post("/window_size")
-    async def window_size(request: Request) -> JSONResponse:
+    async def window_size(self, request: Request) -> JSONResponse:
         name = str((await _form(request)).get("app_class_name", ""))
-        window = await ctx.find_window(name, by_class=True)
+        window = await self.ctx.find_window(name, by_class=True)
         if window is None:
             return JSONResponse({"status": "error", "message": f"no {name} window"}, 404)
         return JSONResponse({"width": window.width, "height": window.height})
 
-    @app.post("/desktop_path")
-    async def desktop_path() -> dict[str, str]:
+    async def desktop_path(self) -> dict[str, str]:
         return {"desktop_path": f"{GUEST_HOME}/Desktop"}
 
-    @app.post("/list_directory")
-    async def directory(request: Request) -> dict[str, Any]:
+    async def directory(self, request: Request) -> dict[str, Any]:
         path = str((await request.json()).get("path", ""))
-        return {"directory_tree": await list_directory(ctx, PathConfig(type="x", path=path))}
+        return {"directory_tree": await list_directory(self.ctx, PathConfig(type="x", path=path))}
 
-    @app.post("/start_recording")
-    async def start_recording() -> PlainTextResponse:
-        recording["id"] = (await desktop.start_recording()).id
+    async def start_recording(self) -> PlainTextResponse:
+        self._recording = (await self.desktop.start_recording()).id
         return PlainTextResponse("Recording started")
 
-    @app.post("/end_recording")
-    async def end_recording() -> Response:
-        if "id" not in recording:
+    async def end_recording(self) -> Response:
+        if self._recording is None:
             return JSONResponse({"status": "error", "message": "no recording running"}, 400)
-        await desktop.stop_recording()
-        video = await desktop.recording_video(recording.pop("id"))
+        await self.desktop.stop_recording()
+        recording, self._recording = self._recording, None
+        video = await self.desktop.recording_video(recording)
         return Response(video, media_type="video/mp4")
 
+
+ROUTES: list[tuple[str, str, Callable[..., Awaitable[Any]]]] = [
+    ("GET", "/screenshot", OsworldRoutes.screenshot),
+    ("GET", "/accessibility", OsworldRoutes.accessibility),
+    ("GET", "/terminal", OsworldRoutes.terminal),
+    ("GET", "/platform", OsworldRoutes.platform),
+    ("GET", "/cursor_position", OsworldRoutes.cursor_position),
+    ("POST", "/execute", OsworldRoutes.execute),
+    ("POST", "/setup/execute", OsworldRoutes.execute),
+    ("POST", "/run_python", OsworldRoutes.run_python),
+    ("POST", "/run_bash_script", OsworldRoutes.run_bash_script),
+    ("POST", "/file", OsworldRoutes.file),
+    ("POST", "/setup/upload", OsworldRoutes.upload),
+    ("POST", "/setup/launch", OsworldRoutes.launch),
+    ("POST", "/setup/open_file", OsworldRoutes.open_file),
+    ("POST", "/setup/activate_window", OsworldRoutes.activate_window),
+    ("POST", "/setup/close_window", OsworldRoutes.close_window),
+    ("POST", "/screen_size", OsworldRoutes.screen_size),
+    ("POST", "/window_size", OsworldRoutes.window_size),
+    ("POST", "/desktop_path", OsworldRoutes.desktop_path),
+    ("POST", "/list_directory", OsworldRoutes.directory),
+    ("POST", "/start_recording", OsworldRoutes.start_recording),
+    ("POST", "/end_recording", OsworldRoutes.end_recording),
+]
+"""(method, path, handler) of every endpoint, as OSWorld's `PythonController` and
+`SetupController` call them."""
+
+
+async def _cubicle_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, CubicleError)
+    status = 404 if isinstance(exc, NotFound) else 400 if exc.status_code == 422 else 500
+    return JSONResponse({"status": "error", "message": exc.message}, status_code=status)
+
+
+async def _bad_value(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"status": "error", "message": str(exc)}, status_code=400)
+
+
+def build_app(desktop: AsyncDesktop) -> FastAPI:
+    """The OSWorld surface of `desktop`: `ROUTES` bound to its `OsworldRoutes`."""
+    app = FastAPI(title=f"OSWorld surface of desktop {desktop.id}", openapi_url=None)
+    app.add_exception_handler(CubicleError, _cubicle_error)
+    app.add_exception_handler(ValueError, _bad_value)
+    routes = OsworldRoutes(desktop)
+    for method, path, handler in ROUTES:
+        bound = getattr(routes, handler.__name__)
+        app.add_api_route(path, bound, methods=[method], name=handler.__name__)
     return app
 
 
