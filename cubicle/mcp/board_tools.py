@@ -17,9 +17,14 @@ def _line(task: dict[str, Any]) -> str:
     return f"#{task['id']} [{task['status']}] {task['text'][:80]}{outcome}"
 
 
-def register(server: MCPServer, desktops: Desktops) -> None:
-    @server.tool()
+class BoardTools:
+    """The task board, as MCP tools: hand a task to the built-in agent and follow it."""
+
+    def __init__(self, desktops: Desktops) -> None:
+        self.desktops = desktops
+
     async def add_task(
+        self,
         text: Annotated[str, Field(min_length=1, max_length=10_000)],
         profile: str = "default",
         start: Annotated[
@@ -28,42 +33,50 @@ def register(server: MCPServer, desktops: Desktops) -> None:
         max_steps: Annotated[int | None, Field(ge=1, le=999)] = None,
     ) -> CallToolResult:
         """Give a task to the built-in agent: it runs on a fresh desktop of its own."""
-        async with guarded(desktops):
+        async with guarded(self.desktops):
             body: dict[str, Any] = {"text": text, "profile": profile}
             body |= {k: v for k, v in (("start", start), ("max_steps", max_steps)) if v}
-            task = await desktops.call("POST", "/api/tasks", json=body)
+            task = await self.desktops.call("POST", "/api/tasks", json=body)
             return result(f"queued {_line(task)}", {"task": task})
 
-    @server.tool()
     async def list_tasks(
+        self,
         status: Annotated[str | None, Field(description="e.g. queued,running,done")] = None,
         limit: Annotated[int, Field(ge=1, le=500)] = 50,
     ) -> CallToolResult:
         """The board's tasks, in board order."""
-        async with guarded(desktops):
+        async with guarded(self.desktops):
             params: dict[str, Any] = {"limit": limit} | ({"status": status} if status else {})
-            page = await desktops.call("GET", "/api/tasks", params=params)
+            page = await self.desktops.call("GET", "/api/tasks", params=params)
             lines = [_line(task) for task in page["items"]]
             text = "\n".join(lines) or "no tasks"
             return result(
                 f"{page['total']} tasks\n{text}", {"tasks": page["items"], "total": page["total"]}
             )
 
-    @server.tool()
-    async def get_task(task_id: int) -> CallToolResult:
+    async def get_task(self, task_id: int) -> CallToolResult:
         """One task with the agent's steps so far (action, thought, outcome)."""
-        async with guarded(desktops):
-            task = await desktops.call("GET", f"/api/tasks/{task_id}")
-            steps = await desktops.call("GET", f"/api/tasks/{task_id}/steps")
+        async with guarded(self.desktops):
+            task = await self.desktops.call("GET", f"/api/tasks/{task_id}")
+            steps = await self.desktops.call("GET", f"/api/tasks/{task_id}/steps")
             lines = [f"  {s['index']}. {s['action']} → {s['outcome']}" for s in steps]
             text = "\n".join([_line(task), *lines])
             return result(
                 text, {"task": task, "steps": steps, "desktop_id": task.get("desktop_id")}
             )
 
-    @server.tool()
-    async def cancel_task(task_id: int) -> CallToolResult:
+    async def cancel_task(self, task_id: int) -> CallToolResult:
         """Cancel a queued or running task."""
-        async with guarded(desktops):
-            task = await desktops.call("POST", f"/api/tasks/{task_id}/cancel")
+        async with guarded(self.desktops):
+            task = await self.desktops.call("POST", f"/api/tasks/{task_id}/cancel")
             return result(f"cancelled {_line(task)}", {"task": task})
+
+
+TOOLS = [BoardTools.add_task, BoardTools.list_tasks, BoardTools.get_task, BoardTools.cancel_task]
+"""The tools, in the order a client lists them."""
+
+
+def register(server: MCPServer, desktops: Desktops) -> None:
+    tools = BoardTools(desktops)
+    for tool in TOOLS:
+        server.tool()(getattr(tools, tool.__name__))

@@ -13,9 +13,14 @@ from cubicle.mcp.input_tools import DesktopId
 from cubicle.mcp.session import Desktops, cut, guarded, result
 
 
-def register(server: MCPServer, desktops: Desktops) -> None:
-    @server.tool()
+class CodeTools:
+    """Code contexts, as MCP tools."""
+
+    def __init__(self, desktops: Desktops) -> None:
+        self.desktops = desktops
+
     async def run_code(
+        self,
         desktop_id: DesktopId,
         code: str,
         context_id: str | None = None,
@@ -25,8 +30,8 @@ def register(server: MCPServer, desktops: Desktops) -> None:
         imports and loaded data stay for the next call; the last expression's value, printed
         output, errors with their traceback, and charts (plt.show()) as images come back.
         pandas, numpy, matplotlib, scipy and scikit-learn are installed; files are in ~."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             run = await entry.desktop.run_code(code, context=context_id, timeout_s=timeout_s)
             parts = []
             if run.logs.stdout:
@@ -55,3 +60,13 @@ def register(server: MCPServer, desktops: Desktops) -> None:
                 else {"name": run.error.name, "value": run.error.value},
             }
             return result(text, data, *images)
+
+
+TOOLS = [CodeTools.run_code]
+"""The tools, in the order a client lists them."""
+
+
+def register(server: MCPServer, desktops: Desktops) -> None:
+    tools = CodeTools(desktops)
+    for tool in TOOLS:
+        server.tool()(getattr(tools, tool.__name__))

@@ -54,9 +54,14 @@ def _point(frame: Frame, x: int | None, y: int | None) -> tuple[int | None, int 
     return frame.to_screen(x, y)
 
 
-def register(server: MCPServer, desktops: Desktops) -> None:
-    @server.tool()
+class InputTools:
+    """The screen and input, in the frame of the desktop's last screenshot, as MCP tools."""
+
+    def __init__(self, desktops: Desktops) -> None:
+        self.desktops = desktops
+
     async def screenshot(
+        self,
         desktop_id: DesktopId,
         max_width: Annotated[int | None, Field(ge=16, le=16384)] = None,
         max_height: Annotated[int | None, Field(ge=16, le=16384)] = None,
@@ -64,8 +69,8 @@ def register(server: MCPServer, desktops: Desktops) -> None:
     ) -> CallToolResult:
         """See the screen, shrunk to fit max_width × max_height (the aspect kept; default
         the whole screen). Later x/y of this desktop's tools are pixels of this image."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             screen = entry.frame.screen
             entry.frame = frame = Frame.fit(screen, max_width, max_height)
             image = await entry.desktop.screenshot(
@@ -85,8 +90,8 @@ def register(server: MCPServer, desktops: Desktops) -> None:
             }
             return result(text, data, (image, MEDIA_TYPES[format]))
 
-    @server.tool()
     async def click(
+        self,
         desktop_id: DesktopId,
         x: X = None,
         y: Y = None,
@@ -95,8 +100,8 @@ def register(server: MCPServer, desktops: Desktops) -> None:
         modifiers: Modifiers | None = None,
     ) -> CallToolResult:
         """Click at (x, y), or where the pointer is; count 2 or 3 for a double or triple click."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             sx, sy = _point(entry.frame, x, y)
             actions = held(modifiers or [], [a.Click(x=sx, y=sy, button=button, count=count)])
             where = f" at ({x}, {y})" if x is not None else ""
@@ -104,70 +109,65 @@ def register(server: MCPServer, desktops: Desktops) -> None:
                 entry, desktop_id, list(actions), f"clicked {button} ×{count}{where}"
             )
 
-    @server.tool()
     async def double_click(
-        desktop_id: DesktopId, x: X = None, y: Y = None, modifiers: Modifiers | None = None
+        self, desktop_id: DesktopId, x: X = None, y: Y = None, modifiers: Modifiers | None = None
     ) -> CallToolResult:
         """Double-click the left button at (x, y), or where the pointer is."""
-        return await click(desktop_id, x, y, "left", 2, modifiers)
+        return await self.click(desktop_id, x, y, "left", 2, modifiers)
 
-    @server.tool()
     async def triple_click(
-        desktop_id: DesktopId, x: X = None, y: Y = None, modifiers: Modifiers | None = None
+        self, desktop_id: DesktopId, x: X = None, y: Y = None, modifiers: Modifiers | None = None
     ) -> CallToolResult:
         """Triple-click the left button at (x, y) (selects a line or paragraph)."""
-        return await click(desktop_id, x, y, "left", 3, modifiers)
+        return await self.click(desktop_id, x, y, "left", 3, modifiers)
 
-    @server.tool()
-    async def move(desktop_id: DesktopId, x: int, y: int) -> CallToolResult:
+    async def move(self, desktop_id: DesktopId, x: int, y: int) -> CallToolResult:
         """Move the pointer to (x, y) without clicking (hover)."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             sx, sy = entry.frame.to_screen(x, y)
             return await _send(entry, desktop_id, [a.Move(x=sx, y=sy)], f"moved to ({x}, {y})")
 
-    @server.tool()
     async def mouse_down(
-        desktop_id: DesktopId, x: X = None, y: Y = None, button: a.Button = "left"
+        self, desktop_id: DesktopId, x: X = None, y: Y = None, button: a.Button = "left"
     ) -> CallToolResult:
         """Press and hold a mouse button, at (x, y) when given."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             sx, sy = _point(entry.frame, x, y)
             return await _send(
                 entry, desktop_id, [a.MouseDown(x=sx, y=sy, button=button)], f"pressed {button}"
             )
 
-    @server.tool()
     async def mouse_up(
-        desktop_id: DesktopId, x: X = None, y: Y = None, button: a.Button = "left"
+        self, desktop_id: DesktopId, x: X = None, y: Y = None, button: a.Button = "left"
     ) -> CallToolResult:
         """Release a held mouse button, at (x, y) when given."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             sx, sy = _point(entry.frame, x, y)
             return await _send(
                 entry, desktop_id, [a.MouseUp(x=sx, y=sy, button=button)], f"released {button}"
             )
 
-    @server.tool()
     async def drag(
+        self,
         desktop_id: DesktopId,
         path: Annotated[list[tuple[int, int]], Field(min_length=2, max_length=1000)],
         button: a.Button = "left",
         modifiers: Modifiers | None = None,
     ) -> CallToolResult:
         """Press at the first [x, y] of path, move through the others, release at the last."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             points = [entry.frame.to_screen(px, py) for px, py in path]
             actions = held(modifiers or [], [a.Drag(path=points, button=button)])
             return await _send(
                 entry, desktop_id, list(actions), f"dragged through {len(path)} points"
             )
 
-    @server.tool()
     async def scroll(
+        self,
         desktop_id: DesktopId,
         dy: Annotated[
             int, Field(ge=-100, le=100, description="Wheel clicks; > 0 scrolls down.")
@@ -180,76 +180,98 @@ def register(server: MCPServer, desktops: Desktops) -> None:
         modifiers: Modifiers | None = None,
     ) -> CallToolResult:
         """Turn the mouse wheel over (x, y) (or where the pointer is)."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             sx, sy = _point(entry.frame, x, y)
             actions = held(modifiers or [], [a.Scroll(x=sx, y=sy, dx=dx, dy=dy)])
             return await _send(entry, desktop_id, list(actions), f"scrolled dx={dx} dy={dy}")
 
-    @server.tool()
     async def type_text(
-        desktop_id: DesktopId, text: Annotated[str, Field(max_length=100_000)]
+        self, desktop_id: DesktopId, text: Annotated[str, Field(max_length=100_000)]
     ) -> CallToolResult:
         """Type any Unicode text where the keyboard focus is (a newline presses Enter)."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             return await _send(
                 entry, desktop_id, [a.Type(text=text)], f"typed {len(text)} characters"
             )
 
-    @server.tool()
     async def key(
+        self,
         desktop_id: DesktopId,
         keys: Annotated[str, Field(description="A key or combination: enter, ctrl+s, alt+F4.")],
         repeat: Annotated[int, Field(ge=1, le=100)] = 1,
     ) -> CallToolResult:
         """Press and release a key or a combination (xdotool names, case-insensitive)."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             return await _send(
                 entry, desktop_id, [a.Key(keys=keys, repeat=repeat)], f"pressed {keys}"
             )
 
-    @server.tool()
-    async def key_down(desktop_id: DesktopId, key: str) -> CallToolResult:
+    async def key_down(self, desktop_id: DesktopId, key: str) -> CallToolResult:
         """Press and hold one key until key_up."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             return await _send(entry, desktop_id, [a.KeyDown(key=key)], f"holding {key}")
 
-    @server.tool()
-    async def key_up(desktop_id: DesktopId, key: str) -> CallToolResult:
+    async def key_up(self, desktop_id: DesktopId, key: str) -> CallToolResult:
         """Release a key held by key_down."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             return await _send(entry, desktop_id, [a.KeyUp(key=key)], f"released {key}")
 
-    @server.tool()
     async def wait(
-        desktop_id: DesktopId, ms: Annotated[int, Field(ge=0, le=60_000)]
+        self, desktop_id: DesktopId, ms: Annotated[int, Field(ge=0, le=60_000)]
     ) -> CallToolResult:
         """Wait ms milliseconds."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             return await _send(entry, desktop_id, [a.Wait(ms=ms)], f"waited {ms} ms")
 
-    @server.tool()
     async def wait_for_settle(
+        self,
         desktop_id: DesktopId,
         quiet_ms: Annotated[int, Field(ge=10, le=10_000)] = 300,
         timeout_ms: Annotated[int, Field(ge=10, le=60_000)] = 5_000,
     ) -> CallToolResult:
         """Wait until the screen has not changed for quiet_ms (or timeout_ms passed)."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             settle = a.WaitForSettle(quiet_ms=quiet_ms, timeout_ms=timeout_ms)
             return await _send(entry, desktop_id, [settle], "waited for the screen")
 
-    @server.tool()
-    async def cursor_position(desktop_id: DesktopId) -> CallToolResult:
+    async def cursor_position(self, desktop_id: DesktopId) -> CallToolResult:
         """Where the pointer is, in pixels of the last screenshot."""
-        async with guarded(desktops, desktop_id):
-            entry = await desktops.get(desktop_id)
+        async with guarded(self.desktops, desktop_id):
+            entry = await self.desktops.get(desktop_id)
             x, y = entry.frame.from_screen(*await entry.desktop.get_cursor_position())
             data = {"desktop_id": desktop_id, "x": x, "y": y}
             return result(f"pointer at ({x}, {y}) ({_frame_line(desktop_id, entry.frame)})", data)
+
+
+TOOLS = [
+    InputTools.screenshot,
+    InputTools.click,
+    InputTools.double_click,
+    InputTools.triple_click,
+    InputTools.move,
+    InputTools.mouse_down,
+    InputTools.mouse_up,
+    InputTools.drag,
+    InputTools.scroll,
+    InputTools.type_text,
+    InputTools.key,
+    InputTools.key_down,
+    InputTools.key_up,
+    InputTools.wait,
+    InputTools.wait_for_settle,
+    InputTools.cursor_position,
+]
+"""The tools, in the order a client lists them."""
+
+
+def register(server: MCPServer, desktops: Desktops) -> None:
+    tools = InputTools(desktops)
+    for tool in TOOLS:
+        server.tool()(getattr(tools, tool.__name__))

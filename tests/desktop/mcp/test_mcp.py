@@ -71,6 +71,8 @@ async def test_an_mcp_client_drives_a_desktop(service, transport):
         desktop_id = created.structured_content["desktop_id"]
         assert desktop_id in text_of(created)
         try:
+            listed = await call(client, "list_desktops")
+            assert desktop_id in [d["id"] for d in listed.structured_content["desktops"]]
             await call(client, "launch", desktop_id=desktop_id, app="mousepad")
             deadline = time.monotonic() + 20
             while True:
