@@ -24,11 +24,11 @@ import os
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, JsonValue, TypeAdapter
 
 from cubicle.client import code as _code
 from cubicle.protocol import actions as a
@@ -572,13 +572,45 @@ class AsyncServiceClient:
     def url(self) -> str:
         return self._api.url
 
+    @overload
     async def request(
-        self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
-    ) -> Any:
-        """Send one call (`path` from the service's root, ids quoted); its JSON answer, or
-        None when the answer has no body."""
+        self,
+        method: str,
+        path: str,
+        *,
+        json: JsonValue = None,
+        params: dict[str, Any] | None = None,
+        model: type[M],
+    ) -> M: ...
+
+    @overload
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: JsonValue = None,
+        params: dict[str, Any] | None = None,
+        model: None = None,
+    ) -> JsonValue: ...
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: JsonValue = None,
+        params: dict[str, Any] | None = None,
+        model: type[BaseModel] | None = None,
+    ) -> BaseModel | JsonValue:
+        """Send one call (`path` from the service's root, ids quoted). Its answer as
+        `model` when given (validated by pydantic), else as plain JSON (None when the
+        answer has no body)."""
+        if model is not None:
+            return await self._api.model(model, method, path, json=json, params=params)
         response = await self._api.call(method, path, json=json, params=params)
-        return response.json() if response.content else None
+        content: JsonValue = response.json() if response.content else None
+        return content
 
     async def close(self) -> None:
         await self._api.close()
@@ -731,7 +763,42 @@ class ServiceClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    request = _blocking(AsyncServiceClient.request)
+    if TYPE_CHECKING:  # `request`'s overloads, as its async twin's
+
+        @overload
+        def request(
+            self,
+            method: str,
+            path: str,
+            *,
+            json: JsonValue = None,
+            params: dict[str, Any] | None = None,
+            model: type[M],
+        ) -> M: ...
+
+        @overload
+        def request(
+            self,
+            method: str,
+            path: str,
+            *,
+            json: JsonValue = None,
+            params: dict[str, Any] | None = None,
+            model: None = None,
+        ) -> JsonValue: ...
+
+        def request(
+            self,
+            method: str,
+            path: str,
+            *,
+            json: JsonValue = None,
+            params: dict[str, Any] | None = None,
+            model: type[BaseModel] | None = None,
+        ) -> BaseModel | JsonValue: ...
+    else:
+        request = _blocking(AsyncServiceClient.request)
+
     close = _blocking(AsyncServiceClient.close)
 
 

@@ -23,11 +23,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from pydantic import RootModel
+
 from cubicle import AsyncServiceClient, InvalidRequest, ServiceUnreachable
 from cubicle.client.sdk import service_address
+from cubicle.protocol.board import ProfileView
+from cubicle.protocol.evals import FINAL, EvalReport, EvalRun, Summary
 
 POLL_S = 1.0
 """Seconds between looks at the run."""
+
+
+class EvalRuns(RootModel[list[EvalRun]]):
+    """What `GET /api/evals` answers."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -105,38 +113,38 @@ def _percent(value: float | None) -> str:
     return "–" if value is None else f"{value * 100:.1f} %"
 
 
-def score_line(summary: dict[str, Any]) -> str:
+def score_line(summary: Summary) -> str:
     """`12/30 passed = 40.0 % (95 % CI 24.6–57.7 %), pass@1 40.0 %…`"""
-    text = f"{summary['passed']}/{summary['scored']} passed = {_percent(summary['rate'])}"
-    if summary["ci_low"] is not None:
-        low, high = summary["ci_low"] * 100, summary["ci_high"] * 100
+    text = f"{summary.passed}/{summary.scored} passed = {_percent(summary.rate)}"
+    if summary.ci_low is not None and summary.ci_high is not None:
+        low, high = summary.ci_low * 100, summary.ci_high * 100
         text += f" (95 % CI {low:.1f}–{high:.1f} %)"
-    for k, value in summary.get("pass_at", {}).items():
+    for k, value in summary.pass_at.items():
         text += f", pass@{k} {_percent(value)}"
     extras = [
-        f"{summary['errors']} errors" if summary["errors"] else "",
-        f"{summary['unsupported']} unsupported" if summary["unsupported"] else "",
+        f"{summary.errors} errors" if summary.errors else "",
+        f"{summary.unsupported} unsupported" if summary.unsupported else "",
     ]
     return text + "".join(f"; {e}" for e in extras if e)
 
 
-async def _follow(service: AsyncServiceClient, run_id: str) -> dict[str, Any]:
+async def _follow(service: AsyncServiceClient, run_id: str) -> EvalReport:
     seen: set[tuple[str, int]] = set()
     while True:
-        report = await service.request("GET", f"/api/evals/{quote(run_id)}")
-        total = len(report["items"])
-        for item in report["items"]:
-            key = (item["task_id"], item["attempt"])
-            if item["status"] in ("passed", "failed", "error", "unsupported") and key not in seen:
+        report = await service.request("GET", f"/api/evals/{quote(run_id)}", model=EvalReport)
+        total = len(report.items)
+        for item in report.items:
+            key = (item.task_id, item.attempt)
+            if item.status in FINAL and key not in seen:
                 seen.add(key)
-                steps = f"{item['steps']:>3} steps" if item["steps"] is not None else "         "
-                took = f"{item['wall_s']:6.1f} s" if item["wall_s"] is not None else ""
-                which = f"{item['task_id']} #{item['attempt']}"
-                print(f"[{len(seen):>3}/{total}] {item['status']:<11} {which}  {steps} {took}")
-                if item["status"] in ("error", "unsupported") and item["detail"]:
-                    print(f"          {item['detail']}", flush=True)
+                steps = f"{item.steps:>3} steps" if item.steps is not None else "         "
+                took = f"{item.wall_s:6.1f} s" if item.wall_s is not None else ""
+                which = f"{item.task_id} #{item.attempt}"
+                print(f"[{len(seen):>3}/{total}] {item.status:<11} {which}  {steps} {took}")
+                if item.status in ("error", "unsupported") and item.detail:
+                    print(f"          {item.detail}", flush=True)
         sys.stdout.flush()
-        if report["run"]["status"] != "running":
+        if report.run.status != "running":
             return report
         await asyncio.sleep(POLL_S)
 
@@ -145,15 +153,18 @@ async def _main(args: argparse.Namespace) -> int:
     url, token = service_address(args.url, args.token)
     async with AsyncServiceClient(base_url=url, token=token, timeout_s=300) as service:
         if args.list:
-            for run in await service.request("GET", "/api/evals"):
-                print(f"{run['id']}  {run['status']:8} {run['tasks']:>4} tasks  {run['name']}")
+            listed = await service.request("GET", "/api/evals", model=EvalRuns)
+            for run in listed.root:
+                print(f"{run.id}  {run.status:8} {run.tasks:>4} tasks  {run.name}")
             return 0
         if args.stop:
-            run = await service.request("POST", f"/api/evals/{quote(args.stop)}/stop")
-            print(f"stopped {run['id']}: resume with `cubicle eval --resume {run['id']}`")
+            path = f"/api/evals/{quote(args.stop)}/stop"
+            run = await service.request("POST", path, model=EvalRun)
+            print(f"stopped {run.id}: resume with `cubicle eval --resume {run.id}`")
             return 0
         if args.resume:
-            run = await service.request("POST", f"/api/evals/{quote(args.resume)}/resume")
+            path = f"/api/evals/{quote(args.resume)}/resume"
+            run = await service.request("POST", path, model=EvalRun)
         else:
             if not args.suite:
                 raise InvalidRequest("name a suite (a folder or JSON file of tasks), or --list")
@@ -162,26 +173,27 @@ async def _main(args: argparse.Namespace) -> int:
                 digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
                 profile = f"eval-{digest[:10]}"
                 path = f"/api/board/profiles/{profile}"
-                view = await service.request("PUT", path, json=fields)
-                if not view["ready"]:
-                    raise InvalidRequest(f"the model settings cannot run: {view['problem']}")
+                view = await service.request("PUT", path, json=fields, model=ProfileView)
+                if not view.ready:
+                    raise InvalidRequest(f"the model settings cannot run: {view.problem}")
             body = await asyncio.to_thread(_request, args, profile)
-            run = await service.request("POST", "/api/evals", json=body)
-        link = f"{url}/web/evals.html?run={run['id']}&token={token}"
+            run = await service.request("POST", "/api/evals", json=body, model=EvalRun)
+        link = f"{url}/web/evals.html?run={run.id}&token={token}"
         print(
-            f"run {run['id']}: {run['tasks']} tasks × {run['attempts']} attempts, "
-            f"{run['concurrency']} at once, model {run['model']}\nreport: {link}",
+            f"run {run.id}: {run.tasks} tasks × {run.attempts} attempts, "
+            f"{run.concurrency} at once, model {run.model}\nreport: {link}",
             flush=True,
         )
         if args.no_wait:
             return 0
         try:
-            report = await _follow(service, run["id"])
+            report = await _follow(service, run.id)
         except asyncio.CancelledError:
-            await asyncio.shield(service.request("POST", f"/api/evals/{run['id']}/stop"))
-            print(f"stopped: resume with `cubicle eval --resume {run['id']}`", flush=True)
+            stop = service.request("POST", f"/api/evals/{run.id}/stop", model=EvalRun)
+            await asyncio.shield(stop)
+            print(f"stopped: resume with `cubicle eval --resume {run.id}`", flush=True)
             raise
-        print(f"score: {score_line(report['summary'])}")
+        print(f"score: {score_line(report.summary)}")
         print(f"report: {link}", flush=True)
         if args.json:
             await asyncio.to_thread(Path(args.json).write_text, json.dumps(report, indent=2))

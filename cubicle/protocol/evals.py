@@ -190,3 +190,12 @@ class Comparison(BaseModel):
     """Tasks whose outcome differs (passed in one, not in the other)."""
     both_passed: int
     both_failed: int
+
+
+class SurfaceInfo(BaseModel):
+    """A desktop's open OSWorld surface (`POST /api/desktops/{id}/osworld`)."""
+
+    desktop_id: str
+    port: int
+    url: str
+    """Give it to OSWorld's controllers: `PythonController("127.0.0.1", port)`."""

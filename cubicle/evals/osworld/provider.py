@@ -32,8 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from desktop_env.providers.base import Provider, VMManager
+from pydantic import JsonValue
 
 from cubicle import DesktopNotFound, ServiceClient
+from cubicle.protocol.evals import SurfaceInfo
+from cubicle.protocol.service import DesktopInfo
 
 VM_PATH = "cubicle"
 """What `DesktopEnv` calls the machine: Cubicle has no image files."""
@@ -87,11 +90,15 @@ class CubicleProvider(Provider):
         """A fresh desktop with its OSWorld surface open (nothing when one runs)."""
         if self.desktop_id is not None:
             return
-        body = {"resolution": list(self.resolution), "network": self.network, "timeout_s": 3600}
-        info = self._service.request("POST", "/api/desktops", json=body)
-        self.desktop_id = info["id"]
-        surface = self._service.request("POST", f"/api/desktops/{self.desktop_id}/osworld")
-        self.port = surface["port"]
+        body: dict[str, JsonValue] = {
+            "resolution": list(self.resolution),
+            "network": self.network,
+            "timeout_s": 3600,
+        }
+        info = self._service.request("POST", "/api/desktops", json=body, model=DesktopInfo)
+        self.desktop_id = info.id
+        path = f"/api/desktops/{self.desktop_id}/osworld"
+        self.port = self._service.request("POST", path, model=SurfaceInfo).port
 
     def get_ip_address(self, path_to_vm: str) -> str:
         """`127.0.0.1:<surface>:<chromium>:<vnc>:<vlc>`; only the surface is served."""

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from cubicle import Conflict, DesktopGone, DesktopNotFound, NotFound
+from cubicle.protocol.evals import SurfaceInfo
 from cubicle.server.api.auth import require_token
 from cubicle.server.evals.osworld.surface import Surface, serve
 from cubicle.server.services import Services, services_of
@@ -33,13 +34,6 @@ class OpenSurface(BaseModel):
     model_config = ConfigDict(extra="forbid")
     port: Annotated[int, Field(ge=1024, le=65535)] | None = None
     """The loopback port to listen on; None: a free one."""
-
-
-class SurfaceInfo(BaseModel):
-    desktop_id: str
-    port: int
-    url: str
-    """Give it to OSWorld's controllers: `PythonController("127.0.0.1", port)`."""
 
 
 class NoSurface(NotFound):
