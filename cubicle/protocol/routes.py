@@ -24,8 +24,18 @@ class GuestPath(StrEnum):
     FRAMES = "/frames"
     FRAMES_KEYFRAME = "/frames/keyframe"
     FRAMES_STATS = "/frames/stats"
+    CODE = "/code"
+    CONTEXTS = "/contexts"
+    CONTEXT = "/contexts/{context_id}"
+    CONTEXT_RESTART = "/contexts/{context_id}/restart"
+    CONTEXT_INTERRUPT = "/contexts/{context_id}/interrupt"
 
 
 def window_op_path(window_id: int | str, op: str) -> str:
     """The path of `GuestPath.WINDOW_OP` for one window and operation."""
     return GuestPath.WINDOW_OP.format(window_id=window_id, op=op)
+
+
+def context_path(path: GuestPath, context_id: str) -> str:
+    """The path of a `GuestPath.CONTEXT…` route for one code context."""
+    return path.format(context_id=context_id)

@@ -1,4 +1,4 @@
-"""Code contexts: real Jupyter kernels in a real desktop, through the API and the SDK."""
+"""Code contexts: real IPython processes in a real desktop, through the API and the SDK."""
 
 from __future__ import annotations
 
@@ -175,6 +175,34 @@ def test_the_rest_route_answers_ndjson_events(api, desktop):
         "end_of_execution",
     ]
     assert events[2]["text"] == "2" and events[2]["is_main_result"] is True
+
+
+def test_prints_and_results_arrive_in_the_order_the_code_made_them(api, desktop):
+    code = (
+        "from IPython.display import display, HTML\n"
+        "print('before')\n"
+        "display(HTML('<b>shown</b>'))\n"
+        "print('after', end='')\n"
+        "import subprocess; subprocess.run(['echo', 'from a subprocess'])\n"
+        "'last'"
+    )
+    answer = api.post(f"/api/desktops/{desktop['id']}/code", json={"code": code})
+    events = [json.loads(line) for line in answer.text.splitlines()]
+    shown = [
+        (e["type"], e.get("html") or e.get("text"))
+        for e in events
+        if e["type"] in ("stdout", "result")
+    ]
+    # What Python prints keeps its place among the results; a subprocess writes to the
+    # process's own stdout, read beside them: it arrives, its place is not promised.
+    subprocess_line = ("stdout", "from a subprocess\n")
+    assert subprocess_line in shown
+    assert [e for e in shown if e != subprocess_line] == [
+        ("stdout", "before\n"),
+        ("result", "<b>shown</b>"),
+        ("stdout", "after"),
+        ("result", "'last'"),
+    ]
 
 
 def test_the_readme_analyze_data_flow_runs_as_printed(service, tmp_path):

@@ -316,8 +316,8 @@ class _Pipes:
     """A context process's three outputs, read as one stream of events.
 
     Read only when asked (`event`), so a flood of output waits in the pipes, not here.
-    The process flushes stdout and stderr before writing each event, so both are read
-    before the events pipe, keeping a run's output ahead of what follows it.
+    What the code prints through Python arrives on the events pipe, in order with its
+    results; fds 1 and 2 carry what subprocesses write, read when no event is waiting.
     """
 
     _CHUNK = 1 << 16
@@ -341,19 +341,18 @@ class _Pipes:
     async def event(self, deadline: float) -> tuple[str, Any] | None:
         """The next event, `("eof", {})` once the process is gone, or None at `deadline`."""
         while True:
+            if not self._ready and not self._eof:
+                self._read_events()
+            if self._ready:
+                return self._ready.popleft()
             for name in ("stdout", "stderr"):
                 text = self._read_text(name)
                 if text:
                     if name == "stderr":
                         self._stderr_tail = (self._stderr_tail + text)[-4000:]
                     return name, text
-            if self._ready:
-                return self._ready.popleft()
             if self._eof:
                 return "eof", {}
-            self._read_events()
-            if self._ready or self._eof:
-                continue
             if not await self._wait(deadline):
                 return None
 
@@ -377,8 +376,16 @@ class _Pipes:
         self._lines += data
         *whole, self._lines = self._lines.split(b"\n")
         for line in whole:
-            event = json.loads(line)
-            self._ready.append((event.pop("kind"), event))
+            try:
+                event = json.loads(line)
+                kind = event.pop("kind")
+            except (ValueError, KeyError, AttributeError):
+                continue  # not an event: nothing the process sends on purpose
+            if kind == "stream":
+                name = "stderr" if event.get("name") == "stderr" else "stdout"
+                self._ready.append((name, str(event.get("text", ""))))
+            else:
+                self._ready.append((kind, event))
 
     async def _wait(self, deadline: float) -> bool:
         """Wait until a pipe has something to read; False at `deadline`."""

@@ -13,6 +13,7 @@ from starlette.routing import Route
 from cubicle.guest.code.kernels import Contexts
 from cubicle.guest.web import answer, body
 from cubicle.protocol.code import ContextInfo, CreateContext, RunCode, event_line
+from cubicle.protocol.routes import GuestPath
 
 _infos = TypeAdapter(list[ContextInfo])
 
@@ -53,10 +54,10 @@ def code_routes(contexts: Callable[[], Contexts]) -> list[Route]:
         return Response(status_code=204)
 
     return [
-        Route("/code", run_code, methods=["POST"]),
-        Route("/contexts", create, methods=["POST"]),
-        Route("/contexts", list_all, methods=["GET"]),
-        Route("/contexts/{context_id}/restart", restart, methods=["POST"]),
-        Route("/contexts/{context_id}/interrupt", interrupt, methods=["POST"]),
-        Route("/contexts/{context_id}", remove, methods=["DELETE"]),
+        Route(GuestPath.CODE, run_code, methods=["POST"]),
+        Route(GuestPath.CONTEXTS, create, methods=["POST"]),
+        Route(GuestPath.CONTEXTS, list_all, methods=["GET"]),
+        Route(GuestPath.CONTEXT_RESTART, restart, methods=["POST"]),
+        Route(GuestPath.CONTEXT_INTERRUPT, interrupt, methods=["POST"]),
+        Route(GuestPath.CONTEXT, remove, methods=["DELETE"]),
     ]

@@ -10,11 +10,12 @@ with `InteractiveShell.run_cell`, and writes JSON events, one per line, to fd `E
     {"kind": "error", "name", "value", "traceback"}
     {"kind": "done", "run": N}                       run N (from its request) is over
 
-What the code prints goes to fds 1 and 2, which the guest reads as the run's stdout and
-stderr (subprocesses' output included); both are flushed before each event, so the guest
-reads a run's output before the event that follows it. SIGINT interrupts a run and is
-ignored between runs. A Jupyter kernel does the same through ZeroMQ and two threads;
-this takes a tenth of its time per run (docs/code.md).
+    {"kind": "stream", "name": "stdout"|"stderr", "text"}   what the code printed
+
+Printing through `sys.stdout`/`sys.stderr` arrives as `stream` events, in order with the
+results; what subprocesses write to fds 1 and 2 goes to pipes the guest reads beside.
+SIGINT interrupts a run and is ignored between runs. A Jupyter kernel does the same
+through ZeroMQ and two threads; this takes a tenth of its time per run (docs/code.md).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 
 _running = False
 """True while user code runs: only then does SIGINT raise `KeyboardInterrupt`."""
@@ -40,16 +43,83 @@ def _jsonable(value):
 
 
 class _Events:
+    """The events pipe: one JSON line per event, never torn by an interrupt."""
+
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self._lock = threading.Lock()
 
     def emit(self, event: dict) -> None:
+        """Send `event` after what the code printed before it."""
         sys.stdout.flush()
         sys.stderr.flush()
+        self.send(event)
+
+    def send(self, event: dict) -> None:
         line = (json.dumps(event, default=str) + "\n").encode()
-        view = memoryview(line)
-        while view:
-            view = view[os.write(self.fd, view) :]
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            with self._lock:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(self.fd, view) :]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+class _Stream(io.TextIOBase):
+    """`sys.stdout` or `sys.stderr`: text sent as `stream` events, in order with the
+    results, a line or 64 KiB at a time, or what is pending every 50 ms."""
+
+    def __init__(self, events: _Events, name: str, fd: int) -> None:
+        self._events = events
+        self._name = name
+        self._fd = fd
+        self._pending: list[str] = []
+        self._size = 0
+        self._lock = threading.RLock()
+        self.buffer = io.BufferedWriter(io.FileIO(fd, "w", closefd=False))
+
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        with self._lock:
+            self._pending.append(text)
+            self._size += len(text)
+            if self._size >= _STREAM_CHUNK:
+                self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            self.buffer.flush()
+            if self._pending:
+                text, self._pending, self._size = "".join(self._pending), [], 0
+                self._events.send({"kind": "stream", "name": self._name, "text": text})
+
+
+_STREAM_CHUNK = 1 << 16
+
+
+def _flusher(streams: list[_Stream]) -> None:
+    """Send what a run printed without a newline yet (a progress bar), every 50 ms."""
+    while True:
+        time.sleep(0.05)
+        for stream in streams:
+            stream.flush()
 
 
 def _shell(events: _Events):
@@ -123,11 +193,11 @@ def main() -> None:
     except OSError:
         pass
     sys.path[:] = [p for p in sys.path if p]  # not the working directory
-    for fd, name in ((1, "stdout"), (2, "stderr")):  # a line at a time, as a terminal
-        raw = io.BufferedWriter(io.FileIO(fd, "w", closefd=False))
-        setattr(sys, name, io.TextIOWrapper(raw, line_buffering=True))
     signal.signal(signal.SIGINT, _on_sigint)
     events = _Events(events_fd)
+    streams = [_Stream(events, "stdout", 1), _Stream(events, "stderr", 2)]
+    sys.stdout, sys.stderr = streams  # type: ignore[assignment]
+    threading.Thread(target=_flusher, args=(streams,), daemon=True, name="flush").start()
     shell = _shell(events)
     requests = os.fdopen(requests_fd, "rb")
     events.emit({"kind": "ready"})

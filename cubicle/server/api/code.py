@@ -14,6 +14,7 @@ from starlette.background import BackgroundTask
 
 from cubicle.protocol.code import LANGUAGES, ContextInfo, CreateContext, RunCode
 from cubicle.protocol.errors import InvalidRequest
+from cubicle.protocol.routes import GuestPath, context_path
 from cubicle.server.api.deps import GuestDep
 
 router = APIRouter(prefix="/api/desktops", tags=["code"])
@@ -40,7 +41,9 @@ async def run_code(guest: GuestDep, body: RunCode) -> Response:
     check_language(body.language)
     held = contextlib.AsyncExitStack()
     events = await held.enter_async_context(
-        guest.stream("POST", "/code", json=body, read_timeout_s=body.timeout_s + _START_ALLOWANCE_S)
+        guest.stream(
+            "POST", GuestPath.CODE, json=body, read_timeout_s=body.timeout_s + _START_ALLOWANCE_S
+        )
     )
     return StreamingResponse(
         events.chunks(),
@@ -52,31 +55,34 @@ async def run_code(guest: GuestDep, body: RunCode) -> Response:
 @router.post("/{desktop_id}/contexts", status_code=201)
 async def create_context(guest: GuestDep, body: CreateContext) -> ContextInfo:
     check_language(body.language)
-    answer = await guest.request("POST", "/contexts", json=body, timeout_s=_START_ALLOWANCE_S)
+    timeout_s = _START_ALLOWANCE_S
+    answer = await guest.request("POST", GuestPath.CONTEXTS, json=body, timeout_s=timeout_s)
     return _json(answer.content, 201)
 
 
 @router.get("/{desktop_id}/contexts")
 async def list_contexts(guest: GuestDep) -> list[ContextInfo]:
-    return _json((await guest.request("GET", "/contexts")).content)
+    return _json((await guest.request("GET", GuestPath.CONTEXTS)).content)
 
 
 @router.post("/{desktop_id}/contexts/{context_id}/restart")
 async def restart_context(guest: GuestDep, context_id: str) -> ContextInfo:
-    path = f"/contexts/{context_segment(context_id)}/restart"
+    path = context_path(GuestPath.CONTEXT_RESTART, context_segment(context_id))
     return _json((await guest.request("POST", path, timeout_s=_START_ALLOWANCE_S)).content)
 
 
 @router.post("/{desktop_id}/contexts/{context_id}/interrupt", status_code=204)
 async def interrupt_context(guest: GuestDep, context_id: str) -> Response:
     """Interrupt what runs in a context (an endless loop); the context keeps its state."""
-    await guest.request("POST", f"/contexts/{context_segment(context_id)}/interrupt")
+    await guest.request(
+        "POST", context_path(GuestPath.CONTEXT_INTERRUPT, context_segment(context_id))
+    )
     return Response(status_code=204)
 
 
 @router.delete("/{desktop_id}/contexts/{context_id}", status_code=204)
 async def delete_context(guest: GuestDep, context_id: str) -> Response:
-    await guest.request("DELETE", f"/contexts/{context_segment(context_id)}")
+    await guest.request("DELETE", context_path(GuestPath.CONTEXT, context_segment(context_id)))
     return Response(status_code=204)
 
 

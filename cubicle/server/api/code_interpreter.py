@@ -18,6 +18,7 @@ from starlette.background import BackgroundTask
 
 from cubicle.protocol.code import CreateContext, RunCode
 from cubicle.protocol.errors import InvalidRequest, describe_validation
+from cubicle.protocol.routes import GuestPath, context_path
 from cubicle.server.api.code import check_language, context_segment
 from cubicle.server.api.deps import GuestDep
 
@@ -44,7 +45,7 @@ class E2bCreateContext(BaseModel):
 
 @router.get("/health")
 async def health(desktop_id: str, guest: GuestDep) -> Response:
-    await guest.request("GET", "/health")
+    await guest.request("GET", GuestPath.HEALTH)
     return Response('"ok"', media_type="application/json")
 
 
@@ -65,7 +66,7 @@ async def execute(guest: GuestDep, body: E2bExecute) -> Response:
         raise InvalidRequest(describe_validation(exc.errors())) from None
     held = contextlib.AsyncExitStack()
     events = await held.enter_async_context(
-        guest.stream("POST", "/code", json=run, read_timeout_s=None)
+        guest.stream("POST", GuestPath.CODE, json=run, read_timeout_s=None)
     )
     return StreamingResponse(
         events.chunks(),
@@ -81,24 +82,24 @@ async def create_context(guest: GuestDep, body: E2bCreateContext) -> Response:
         create = CreateContext(language=body.language or "python", cwd=body.cwd)
     except ValidationError as exc:
         raise InvalidRequest(describe_validation(exc.errors())) from None
-    answer = await guest.request("POST", "/contexts", json=create, timeout_s=90)
+    answer = await guest.request("POST", GuestPath.CONTEXTS, json=create, timeout_s=90)
     return Response(answer.content, media_type="application/json")
 
 
 @router.get("/contexts")
 async def list_contexts(guest: GuestDep) -> Response:
-    answer = await guest.request("GET", "/contexts")
+    answer = await guest.request("GET", GuestPath.CONTEXTS)
     return Response(answer.content, media_type="application/json")
 
 
 @router.post("/contexts/{context_id}/restart")
 async def restart_context(guest: GuestDep, context_id: str) -> Response:
-    path = f"/contexts/{context_segment(context_id)}/restart"
+    path = context_path(GuestPath.CONTEXT_RESTART, context_segment(context_id))
     answer = await guest.request("POST", path, timeout_s=90)
     return Response(answer.content, media_type="application/json")
 
 
 @router.delete("/contexts/{context_id}", status_code=204)
 async def delete_context(guest: GuestDep, context_id: str) -> Response:
-    await guest.request("DELETE", f"/contexts/{context_segment(context_id)}")
+    await guest.request("DELETE", context_path(GuestPath.CONTEXT, context_segment(context_id)))
     return Response(status_code=204)
