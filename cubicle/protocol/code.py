@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from cubicle.protocol.models import NO_NUL, EnvName
 
-LANGUAGES = ("python",)
+LANGUAGES = ("python", "bash")
 """Languages a context can run: each runs in a process the desktop ships."""
 
 Language = Annotated[str, Field(min_length=1, max_length=64)]

@@ -110,6 +110,35 @@ def test_env_vars_apply_to_one_run(d):
     assert d.run_code("import os; os.environ.get('CUBICLE_T')").text is None
 
 
+def test_a_bash_context_keeps_its_shell_between_runs(d):
+    context = d.create_code_context(language="bash", cwd="/tmp")
+    assert context.language == "bash"
+    run = d.run_code("greeting=hello; cd /usr; echo out; echo err >&2", context=context)
+    assert run.logs.stdout == ["out\n"] and run.logs.stderr == ["err\n"] and run.error is None
+    assert d.run_code("echo $greeting $PWD", context=context).logs.stdout == ["hello /usr\n"]
+    failed = d.run_code("false", context=context)
+    assert failed.error.name == "ExitCode" and failed.error.value == "1"
+    once = d.run_code("echo $TOKEN", context=context, envs={"TOKEN": "for one run"})
+    assert once.logs.stdout == ["for one run\n"]
+    assert d.run_code("echo [$TOKEN]", context=context).logs.stdout == ["[]\n"]
+    other = d.run_code("echo [$greeting]", language="bash")  # the default bash context
+    assert other.logs.stdout == ["[]\n"]
+    d.remove_code_context(context)
+
+
+def test_a_bash_timeout_stops_the_rest_of_the_run_and_keeps_the_shell(d):
+    d.run_code("kept=yes", language="bash")
+    started = time.monotonic()
+    run = d.run_code("sleep 30; echo never", language="bash", timeout_s=2)
+    assert run.error.name == "TimeoutError" and run.logs.stdout == []
+    assert time.monotonic() - started < 10
+    assert d.run_code("echo $kept", language="bash").logs.stdout == ["yes\n"]
+    ended = d.run_code("exit 3", language="bash")
+    assert ended.error.name == "ExitCode" and "status 3" in ended.error.value
+    after = d.run_code("echo [$kept]", language="bash")
+    assert after.logs.stdout == ["[]\n"] and "restarted" in "".join(after.logs.stderr)
+
+
 def test_an_unknown_language_is_a_clear_422(api, desktop, d):
     answer = api.post(
         f"/api/desktops/{desktop['id']}/code", json={"code": "1", "language": "cobol"}

@@ -50,8 +50,12 @@ _POLL_S = 0.5
 _START_TIMEOUT_S = 60.0
 _PIPE_SIZE = 65536
 """Bytes a pipe holds (Linux's default)."""
-_SHELL = (Path(__file__).parent / "shell.py").read_text()
-"""The program of a context's process, run as `python3 -c` by the desktop's Python."""
+_PROGRAMS = {
+    "python": (Path(__file__).parent / "shell.py").read_text(),
+    "bash": (Path(__file__).parent / "bash_shell.py").read_text(),
+}
+"""The program of a context's process by language, run as `python3 -c` by the desktop's
+Python: IPython's shell, or a driver of a persistent bash."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _FORMATS = {
     "text/plain": "text",
@@ -124,7 +128,7 @@ class Context:
         try:
             process = await asyncio.to_thread(
                 subprocess.Popen,
-                [_python(), "-c", _SHELL, str(requests_r), str(events_w)],
+                [_python(), "-c", _PROGRAMS[self.language], str(requests_r), str(events_w)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -197,16 +201,23 @@ class Context:
             yield EndEvent()
 
     async def _events(self, request: RunCode) -> AsyncIterator[BaseModel]:
-        pipes = self._pipes
-        assert pipes is not None
         self._runs += 1
         run = self._unfinished = self._runs
         asked = {"run": run, "code": request.code, "env": request.env_vars}
         line = json.dumps(asked).encode() + b"\n"
-        if len(line) <= _PIPE_SIZE:  # the process waits for it: the pipe takes it at once
-            _write_all(self._requests, line)
-        else:
-            await asyncio.to_thread(_write_all, self._requests, line)
+        try:
+            await self._send(line)
+        except BrokenPipeError:  # it ended just before this run (bash's `exit`)
+            await self.restart()
+            self._unfinished = run
+            yield OutputEvent(
+                type="stderr",
+                text="[the context's process had ended; a new one runs this, without state]\n",
+                timestamp=_now_ns(),
+            )
+            await self._send(line)
+        pipes = self._pipes
+        assert pipes is not None
         deadline = time.monotonic() + request.timeout_s
         interrupted_at: float | None = None
         passed = 0
@@ -254,11 +265,16 @@ class Context:
                             value=content.get("value", ""),
                             traceback=_ANSI.sub("", content.get("traceback", "")),
                         )
+                elif kind == "ended":  # the process ends after this run
+                    self.died = str(content.get("why") or "it ended")
                 elif kind == "done":
                     self._unfinished = None
                     done = True
+                    if self.died is not None:
+                        await self.stop()
                     return
                 elif kind == "eof":
+                    self._unfinished = None
                     await self.stop()
                     self.died = "the context's process ended during a run"
                     yield ErrorEvent(
@@ -278,8 +294,11 @@ class Context:
         """Read the rest of `run`, whose caller went away, so the next run starts clean;
         stop the process if the run does not end within the grace period."""
         pipes = self._pipes
+        if pipes is None:  # stopped since: nothing is left to read
+            self._unfinished = None
+            return
         deadline = time.monotonic() + _INTERRUPT_GRACE_S
-        while pipes is not None and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             got = await pipes.event(deadline)
             if got is not None and got[0] == "eof":
                 self.died = "the context's process ended during a run"
@@ -304,6 +323,12 @@ class Context:
             + after,
             traceback="",
         )
+
+    async def _send(self, line: bytes) -> None:
+        if len(line) <= _PIPE_SIZE:  # the process waits for it: the pipe takes it at once
+            _write_all(self._requests, line)
+        else:
+            await asyncio.to_thread(_write_all, self._requests, line)
 
 
 def _write_all(fd: int, data: bytes) -> None:
