@@ -108,7 +108,9 @@ class _Stream(io.TextIOBase):
             self.buffer.flush()
             if self._pending:
                 text, self._pending, self._size = "".join(self._pending), [], 0
-                self._events.send({"kind": "stream", "name": self._name, "text": text})
+                for start in range(0, len(text), _STREAM_CHUNK):  # one huge print: pieces
+                    piece = text[start : start + _STREAM_CHUNK]
+                    self._events.send({"kind": "stream", "name": self._name, "text": piece})
 
 
 _STREAM_CHUNK = 1 << 16
