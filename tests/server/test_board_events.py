@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cubicle.protocol.board import BoardEvent
-from cubicle.server.board.events import Events
+from cubicle.server.board.feed import BoardFeed
 
 pytestmark = pytest.mark.fast
 
@@ -22,7 +22,7 @@ def test_the_board_page_listens_for_every_kind():
 
 
 async def test_a_listener_gets_hello_then_each_event_by_its_kind():
-    events = Events()
+    events = BoardFeed()
     stream = events.listen()
     assert await anext(stream) == "retry: 1000\nevent: hello\ndata: {}\n\n"
     events.publish(BoardEvent.DELETED, id=7)

@@ -126,7 +126,7 @@ async def task_events(board: BoardDep) -> StreamingResponse:
     """Server-sent events: `task` (a task as it now is), `step` (a step of a run),
     `deleted`, `moved`, `bulk` (many tasks added: reload), `settings`."""
     return StreamingResponse(
-        board.events.listen(),
+        board.feed.listen(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -43,7 +43,7 @@ from cubicle.protocol.board import (
 )
 from cubicle.protocol.errors import Conflict, DiskFull, InvalidRequest
 from cubicle.server.board.db import TaskChanges, TaskDB
-from cubicle.server.board.events import Events
+from cubicle.server.board.feed import BoardFeed
 from cubicle.server.board.hooks import TaskHooks, tag_prefix
 from cubicle.server.board.runner import NewDesktop, RunPlan, TaskRun
 
@@ -72,7 +72,7 @@ class Board:
         self.config = config
         """The agent's TOML config file for the default profile (see `cubicle.agent.settings`)."""
         self._want_warm = want_warm
-        self.events = Events()
+        self.feed = BoardFeed()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="board-db")
         self._db: TaskDB | None = None
         self._runs: dict[int, TaskRun] = {}
@@ -129,7 +129,7 @@ class Board:
         await asyncio.gather(*workers, return_exceptions=True)
         while self._saving:  # steps still being written: the database must see them
             await asyncio.wait(set(self._saving))
-        self.events.close()
+        self.feed.close()
         if self._db is not None:
             await self._call(self._db.close)
         self._executor.shutdown(wait=False)
@@ -176,9 +176,9 @@ class Board:
         added = await self._call(self.db.add, list(tasks))
         if added:
             for task in added:
-                self.events.publish(BoardEvent.TASK, task=task.model_dump(mode="json"))
+                self.feed.publish(BoardEvent.TASK, task=task.model_dump(mode="json"))
         else:
-            self.events.publish(BoardEvent.BULK, added=len(tasks))
+            self.feed.publish(BoardEvent.BULK, added=len(tasks))
         self._wake.set()
         return added
 
@@ -196,12 +196,12 @@ class Board:
         if task_id in self._runs:
             raise Conflict(f"task {task_id} is {task.status}: cancel it before deleting it")
         await self._call(self.db.delete, task_id)
-        self.events.publish(BoardEvent.DELETED, id=task_id)
+        self.feed.publish(BoardEvent.DELETED, id=task_id)
 
     async def delete_where(self, statuses: Sequence[TaskStatus]) -> int:
         """Delete every queued or finished task in `statuses`; how many went."""
         deleted = await self._call(self.db.delete_where, list(statuses))
-        self.events.publish(BoardEvent.BULK, deleted=deleted)
+        self.feed.publish(BoardEvent.BULK, deleted=deleted)
         return deleted
 
     async def move(self, task_id: int, where: TaskMove) -> Task:
@@ -211,7 +211,7 @@ class Board:
         except LookupError as exc:
             raise InvalidRequest(str(exc)) from None
         assert task is not None
-        self.events.publish(BoardEvent.MOVED, task=task.model_dump(mode="json"))
+        self.feed.publish(BoardEvent.MOVED, task=task.model_dump(mode="json"))
         return task
 
     async def cancel(self, task_id: int) -> Task:
@@ -264,7 +264,7 @@ class Board:
     async def put_settings(self, settings: BoardSettings) -> BoardSettings:
         await self._call(self.db.put_settings, settings)
         self._ask_warm(settings)
-        self.events.publish(BoardEvent.SETTINGS, settings=settings.model_dump(mode="json"))
+        self.feed.publish(BoardEvent.SETTINGS, settings=settings.model_dump(mode="json"))
         self._wake.set()
         return settings
 
@@ -409,7 +409,7 @@ class Board:
     def _on_step(self, step: TaskStep) -> None:
         async def save() -> None:
             await self._call(self.db.add_step, step)
-            self.events.publish(BoardEvent.STEP, step=step.model_dump(mode="json"))
+            self.feed.publish(BoardEvent.STEP, step=step.model_dump(mode="json"))
 
         saving = asyncio.get_running_loop().create_task(save(), name=f"save-step-{step.task_id}")
         self._saving.add(saving)
@@ -439,5 +439,5 @@ class Board:
     async def _publish(self, task: Task | None) -> Task:
         if task is None:
             raise TaskNotFound("the task was deleted meanwhile")
-        self.events.publish(BoardEvent.TASK, task=task.model_dump(mode="json"))
+        self.feed.publish(BoardEvent.TASK, task=task.model_dump(mode="json"))
         return task

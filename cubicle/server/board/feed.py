@@ -1,4 +1,4 @@
-"""Board events fanned out to every open page (server-sent events).
+"""`BoardFeed`: board events fanned out to every open page (server-sent events).
 
 Each listener gets a bounded queue. A listener that falls that far behind is dropped
 rather than slowing the board: its stream ends, and the page reconnects and reloads.
@@ -17,7 +17,7 @@ _BACKLOG = 1_000
 """Events a listener may fall behind before it is dropped."""
 
 
-class Events:
+class BoardFeed:
     """Publish board changes; `listen()` yields them as SSE messages."""
 
     def __init__(self) -> None:
