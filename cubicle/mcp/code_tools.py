@@ -1,9 +1,9 @@
-"""MCP tool for code contexts: run code in a desktop's persistent Python kernel."""
+"""MCP tool for code contexts: run code in a desktop's persistent Python or Bash context."""
 
 from __future__ import annotations
 
 import base64
-from typing import Annotated
+from typing import Annotated, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
@@ -25,14 +25,21 @@ class CodeTools:
         code: str,
         context_id: str | None = None,
         timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300,
+        language: Literal["python", "bash"] = "python",
     ) -> CallToolResult:
-        """Run Python in the desktop's persistent kernel, like a notebook cell: variables,
+        """Run Python in the desktop's persistent context, like a notebook cell: variables,
         imports and loaded data stay for the next call; the last expression's value, printed
         output, errors with their traceback, and charts (plt.show()) as images come back.
-        pandas, numpy, matplotlib, scipy and scikit-learn are installed; files are in ~."""
+        pandas, numpy, matplotlib, scipy and scikit-learn are installed; files are in ~.
+        language="bash" runs shell code in a persistent bash instead (variables, cd kept)."""
         async with guarded(self.desktops, desktop_id):
             entry = await self.desktops.get(desktop_id)
-            run = await entry.desktop.run_code(code, context=context_id, timeout_s=timeout_s)
+            run = await entry.desktop.run_code(
+                code,
+                language=None if context_id else language,
+                context=context_id,
+                timeout_s=timeout_s,
+            )
             parts = []
             if run.logs.stdout:
                 parts.append(cut("".join(run.logs.stdout)))

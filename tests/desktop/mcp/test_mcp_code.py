@@ -31,5 +31,9 @@ async def test_run_code_keeps_state_and_returns_charts_and_errors(service):
             failed = await call(client, "run_code", desktop_id=desktop_id, code="rows[7]")
             assert "IndexError: list index out of range" in text_of(failed)
             assert failed.structured_content["error"]["name"] == "IndexError"
+            shell = {"desktop_id": desktop_id, "language": "bash"}
+            await call(client, "run_code", code="cd /tmp && n=3", **shell)
+            echoed = await call(client, "run_code", code="echo $n in $PWD", **shell)
+            assert echoed.structured_content["stdout"] == "3 in /tmp\n"
         finally:
             await call(client, "kill_desktop", desktop_id=desktop_id)
