@@ -3,9 +3,9 @@ with its steps, cancel one. They call the board's REST API (`/api/tasks`)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
@@ -72,11 +72,10 @@ class BoardTools:
             return result(f"cancelled {_line(task)}", {"task": task})
 
 
-TOOLS = [BoardTools.add_task, BoardTools.list_tasks, BoardTools.get_task, BoardTools.cancel_task]
+TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
+    BoardTools.add_task,
+    BoardTools.list_tasks,
+    BoardTools.get_task,
+    BoardTools.cancel_task,
+]
 """The tools, in the order a client lists them."""
-
-
-def register(server: MCPServer, desktops: Desktops) -> None:
-    tools = BoardTools(desktops)
-    for tool in TOOLS:
-        server.tool()(getattr(tools, tool.__name__))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
@@ -69,11 +69,5 @@ class CodeTools:
             return result(text, data, *images)
 
 
-TOOLS = [CodeTools.run_code]
+TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [CodeTools.run_code]
 """The tools, in the order a client lists them."""
-
-
-def register(server: MCPServer, desktops: Desktops) -> None:
-    tools = CodeTools(desktops)
-    for tool in TOOLS:
-        server.tool()(getattr(tools, tool.__name__))

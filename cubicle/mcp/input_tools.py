@@ -7,9 +7,9 @@ screenshot's pixels, until a screenshot of another size. Every result names the 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
@@ -250,7 +250,7 @@ class InputTools:
             return result(f"pointer at ({x}, {y}) ({_frame_line(desktop_id, entry.frame)})", data)
 
 
-TOOLS = [
+TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     InputTools.screenshot,
     InputTools.click,
     InputTools.double_click,
@@ -269,9 +269,3 @@ TOOLS = [
     InputTools.cursor_position,
 ]
 """The tools, in the order a client lists them."""
-
-
-def register(server: MCPServer, desktops: Desktops) -> None:
-    tools = InputTools(desktops)
-    for tool in TOOLS:
-        server.tool()(getattr(tools, tool.__name__))

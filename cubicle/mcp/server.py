@@ -9,10 +9,17 @@ Both reach the desktops through the REST API, as the SDK does.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from mcp.server.mcpserver import MCPServer
 
 from cubicle.mcp import board_tools, code_tools, input_tools, system_tools
+from cubicle.mcp.board_tools import BoardTools
+from cubicle.mcp.code_tools import CodeTools
+from cubicle.mcp.input_tools import InputTools
 from cubicle.mcp.session import Connection, Desktops
+from cubicle.mcp.system_tools import SystemTools
 
 INSTRUCTIONS = """\
 Cubicle gives you Linux desktops (XFCE) to operate. create_desktop gives a desktop id; pass \
@@ -25,10 +32,15 @@ exec_command runs shell commands; add_task hands a whole task to the built-in ag
 def build_server(desktops: Desktops) -> MCPServer:
     """An MCP server whose tools act through `desktops` (the caller stops it)."""
     server = MCPServer("cubicle", instructions=INSTRUCTIONS, version="0.1.0", log_level="WARNING")
-    system_tools.register(server, desktops)
-    input_tools.register(server, desktops)
-    board_tools.register(server, desktops)
-    code_tools.register(server, desktops)
+    handlers: list[tuple[object, Sequence[Callable[..., Any]]]] = [
+        (SystemTools(desktops), system_tools.TOOLS),
+        (InputTools(desktops), input_tools.TOOLS),
+        (BoardTools(desktops), board_tools.TOOLS),
+        (CodeTools(desktops), code_tools.TOOLS),
+    ]
+    for instance, tools in handlers:
+        for tool in tools:  # each tool a method, bound to the instance that holds `desktops`
+            server.tool()(getattr(instance, tool.__name__))
     return server
 
 

@@ -3,9 +3,9 @@ accessibility tree, commands, files, applications and the clipboard."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
@@ -182,7 +182,7 @@ class SystemTools:
             return result(f"desktop {desktop_id}: clipboard set", {"desktop_id": desktop_id})
 
 
-TOOLS = [
+TOOLS: list[Callable[..., Awaitable[CallToolResult]]] = [
     SystemTools.create_desktop,
     SystemTools.list_desktops,
     SystemTools.kill_desktop,
@@ -199,9 +199,3 @@ TOOLS = [
     SystemTools.set_clipboard,
 ]
 """The tools, in the order a client lists them."""
-
-
-def register(server: MCPServer, desktops: Desktops) -> None:
-    tools = SystemTools(desktops)
-    for tool in TOOLS:
-        server.tool()(getattr(tools, tool.__name__))

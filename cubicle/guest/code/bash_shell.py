@@ -84,11 +84,6 @@ def _drain(events: _Events, fds: dict[int, str]) -> None:
 
 def main() -> None:
     requests_fd, events_fd = int(sys.argv[1]), int(sys.argv[2])
-    try:
-        with open("/proc/self/oom_score_adj", "w") as score:
-            score.write("800")  # the OOM killer takes a context before the desktop
-    except OSError:
-        pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # for this driver; bash gets SIGINT
     events = _Events(events_fd)
     report_r, report_w = os.pipe()  # a low number: bash keeps 10 and up for itself

@@ -48,6 +48,9 @@ _INTERRUPT_GRACE_S = 5.0
 _POLL_S = 0.5
 """Seconds between checks that the kernel still lives while a run is silent."""
 _START_TIMEOUT_S = 60.0
+_OOM_SCORE_ADJ = 800
+"""A context is the first the OOM killer picks in its desktop, before the X server or the
+guest: code that eats the desktop's memory ends its own context (reported as `KernelDied`)."""
 _PIPE_SIZE = 65536
 """Bytes a pipe holds (Linux's default)."""
 _PROGRAMS = {
@@ -78,6 +81,13 @@ def _python() -> str:
     if found is None:
         raise SandboxError("this desktop has no /usr/bin/python3 to run a Python kernel")
     return found
+
+
+def _choom() -> list[str]:
+    """util-linux's `choom`, to start a context with its OOM score raised (nothing if the
+    desktop lacks it: the context then shares the desktop's score)."""
+    found = shutil.which("choom", path="/usr/bin:/bin")
+    return [found, "-n", str(_OOM_SCORE_ADJ), "--"] if found else []
 
 
 def _now_ns() -> int:
@@ -128,7 +138,14 @@ class Context:
         try:
             process = await asyncio.to_thread(
                 subprocess.Popen,
-                [_python(), "-c", _PROGRAMS[self.language], str(requests_r), str(events_w)],
+                [
+                    *_choom(),
+                    _python(),
+                    "-c",
+                    _PROGRAMS[self.language],
+                    str(requests_r),
+                    str(events_w),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

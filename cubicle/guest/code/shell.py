@@ -189,11 +189,6 @@ def _run(shell, events: _Events, request: dict) -> None:
 
 def main() -> None:
     requests_fd, events_fd = int(sys.argv[1]), int(sys.argv[2])
-    try:
-        with open("/proc/self/oom_score_adj", "w") as score:
-            score.write("800")  # the OOM killer takes a context before the desktop
-    except OSError:
-        pass
     sys.path[:] = [p for p in sys.path if p]  # not the working directory
     signal.signal(signal.SIGINT, _on_sigint)
     events = _Events(events_fd)
