@@ -25,13 +25,13 @@ class CodeTools:
         code: str,
         context_id: str | None = None,
         timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300,
-        language: Literal["python", "bash"] = "python",
+        language: Literal["python", "bash", "javascript"] = "python",
     ) -> CallToolResult:
         """Run Python in the desktop's persistent context, like a notebook cell: variables,
         imports and loaded data stay for the next call; the last expression's value, printed
         output, errors with their traceback, and charts (plt.show()) as images come back.
         pandas, numpy, matplotlib, scipy and scikit-learn are installed; files are in ~.
-        language="bash" runs shell code in a persistent bash instead (variables, cd kept)."""
+        language="bash" runs shell code in a persistent bash, "javascript" in Node.js."""
         async with guarded(self.desktops, desktop_id):
             entry = await self.desktops.get(desktop_id)
             run = await entry.desktop.run_code(

@@ -1,9 +1,9 @@
 """Code contexts: the models of `POST /code` and `/contexts` (docs/code.md).
 
-A context is a live Python process (IPython) inside the desktop, so variables, imports and open
-figures survive from one run to the next. A run answers NDJSON lines, one `CodeEvent` each,
-in the shapes E2B's code interpreter streams (`type` names the event), so the same events
-serve E2B's port-49999 surface unchanged.
+A context is a live process inside the desktop (IPython, bash or Node.js), so variables,
+imports and open figures survive from one run to the next. A run answers NDJSON lines, one
+`CodeEvent` each, in the shapes E2B's code interpreter streams (`type` names the event), so
+the same events serve E2B's port-49999 surface unchanged.
 """
 
 from __future__ import annotations
@@ -12,10 +12,24 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from cubicle.protocol.errors import InvalidRequest
 from cubicle.protocol.models import NO_NUL, EnvName
 
-LANGUAGES = ("python", "bash")
+LANGUAGES = ("python", "bash", "javascript")
 """Languages a context can run: each runs in a process the desktop ships."""
+_ALIASES = {"js": "javascript", "node": "javascript", "sh": "bash", "python3": "python"}
+
+
+def language_of(name: str) -> str:
+    """The language `name` means (`js` is `javascript`…); `InvalidRequest` if none."""
+    language = name.strip().lower()
+    language = _ALIASES.get(language, language)
+    if language not in LANGUAGES:
+        raise InvalidRequest(
+            f"no context for language {name!r}: desktops run {', '.join(LANGUAGES)}"
+        )
+    return language
+
 
 Language = Annotated[str, Field(min_length=1, max_length=64)]
 """A language name; one outside `LANGUAGES` is refused with what is served."""

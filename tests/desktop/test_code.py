@@ -139,6 +139,24 @@ def test_a_bash_timeout_stops_the_rest_of_the_run_and_keeps_the_shell(d):
     assert after.logs.stdout == ["[]\n"] and "restarted" in "".join(after.logs.stderr)
 
 
+def test_a_javascript_context_keeps_its_globals_and_awaits_a_promise(d):
+    context = d.create_code_context(language="js")
+    assert context.language == "javascript"
+    run = d.run_code("let total = 40; console.log('hi'); total + 2", context=context)
+    assert run.logs.stdout == ["hi\n"] and run.text == "42" and run.results[0].is_main_result
+    assert d.run_code("total", context=context).text == "40"
+    later = d.run_code(
+        "new Promise(done => setTimeout(() => done(total * 2), 50))", context=context
+    )
+    assert later.text == "80"
+    failed = d.run_code("null.x", context=context)
+    assert failed.error.name == "TypeError" and "null" in failed.error.value
+    stopped = d.run_code("while (true) {}", context=context, timeout_s=2)
+    assert stopped.error.name == "TimeoutError"
+    assert d.run_code("total + 1", context=context).text == "41"
+    d.remove_code_context(context)
+
+
 def test_an_unknown_language_is_a_clear_422(api, desktop, d):
     answer = api.post(
         f"/api/desktops/{desktop['id']}/code", json={"code": "1", "language": "cobol"}

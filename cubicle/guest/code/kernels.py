@@ -26,8 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from cubicle.guest.code import node_shell
 from cubicle.protocol.code import (
-    LANGUAGES,
     ContextInfo,
     CountEvent,
     CreateContext,
@@ -36,6 +36,7 @@ from cubicle.protocol.code import (
     OutputEvent,
     ResultEvent,
     RunCode,
+    language_of,
 )
 from cubicle.protocol.errors import CapacityReached, InvalidRequest, NotFound, SandboxError
 
@@ -53,12 +54,12 @@ _OOM_SCORE_ADJ = 800
 guest: code that eats the desktop's memory ends its own context (reported as `KernelDied`)."""
 _PIPE_SIZE = 65536
 """Bytes a pipe holds (Linux's default)."""
-_PROGRAMS = {
+_PYTHON_PROGRAMS = {
     "python": (Path(__file__).parent / "shell.py").read_text(),
     "bash": (Path(__file__).parent / "bash_shell.py").read_text(),
 }
-"""The program of a context's process by language, run as `python3 -c` by the desktop's
-Python: IPython's shell, or a driver of a persistent bash."""
+"""Programs run as `python3 -c` by the desktop's Python: IPython's shell, or the driver
+of a persistent bash."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _FORMATS = {
     "text/plain": "text",
@@ -81,6 +82,16 @@ def _python() -> str:
     if found is None:
         raise SandboxError("this desktop has no /usr/bin/python3 to run a Python kernel")
     return found
+
+
+def _program(language: str) -> list[str]:
+    """The command of a `language` context's process, before its two pipe numbers."""
+    if language == "javascript":
+        node = shutil.which("node", path="/usr/bin:/bin:/usr/local/bin")
+        if node is None:
+            raise InvalidRequest("this desktop has no Node.js (`node`) for a JavaScript context")
+        return [node, "-e", node_shell.SOURCE]
+    return [_python(), "-c", _PYTHON_PROGRAMS[language]]
 
 
 def _choom() -> list[str]:
@@ -133,19 +144,13 @@ class Context:
     async def start(self) -> None:
         env = {**self._env, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
         env.pop("VIRTUAL_ENV", None)
+        command = [*_choom(), *_program(self.language)]  # no such program: a clear 4xx
         requests_r, requests_w = os.pipe()
         events_r, events_w = os.pipe()
         try:
             process = await asyncio.to_thread(
                 subprocess.Popen,
-                [
-                    *_choom(),
-                    _python(),
-                    "-c",
-                    _PROGRAMS[self.language],
-                    str(requests_r),
-                    str(events_w),
-                ],
+                [*command, str(requests_r), str(events_w)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -155,13 +160,12 @@ class Context:
                 start_new_session=True,  # an interrupt or a stop reaches its children too
             )
         except OSError as exc:
-            for fd in (requests_r, requests_w, events_r, events_w):
-                os.close(fd)
+            os.close(requests_w)
+            os.close(events_r)
             raise SandboxError(f"could not start a {self.language} context: {exc}") from exc
-        finally:
-            with contextlib.suppress(OSError):
-                os.close(requests_r)
-                os.close(events_w)
+        finally:  # the process's ends of the pipes: it holds them now, or nobody does
+            os.close(requests_r)
+            os.close(events_w)
         assert process.stdout is not None and process.stderr is not None
         self._process, self._requests, self.died = process, requests_w, None
         self._unfinished = None
@@ -470,12 +474,7 @@ class Contexts:
 
     @staticmethod
     def check_language(language: str) -> str:
-        language = language.strip().lower()
-        if language not in LANGUAGES:
-            raise InvalidRequest(
-                f"no kernel for language {language!r}: this desktop runs {', '.join(LANGUAGES)}"
-            )
-        return language
+        return language_of(language)
 
     async def create(self, request: CreateContext, context_id: str | None = None) -> Context:
         language = self.check_language(request.language)

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 
-from cubicle.protocol.code import LANGUAGES, ContextInfo, CreateContext, RunCode
+from cubicle.protocol.code import ContextInfo, CreateContext, RunCode, language_of
 from cubicle.protocol.errors import InvalidRequest
 from cubicle.protocol.routes import GuestPath, context_path
 from cubicle.server.api.deps import GuestDep
@@ -24,10 +24,8 @@ _START_ALLOWANCE_S = 90.0
 
 
 def check_language(language: str | None) -> None:
-    if language is not None and language.strip().lower() not in LANGUAGES:
-        raise InvalidRequest(
-            f"no kernel for language {language!r}: desktops run {', '.join(LANGUAGES)}"
-        )
+    if language is not None:
+        language_of(language)
 
 
 def _json(content: bytes, status_code: int = 200) -> Response:
