@@ -121,7 +121,8 @@ def result_event(data: dict, is_main: bool) -> ResultEvent:
 
 
 class Context:
-    """One Python process (`shell.py`) and what runs in it; one run at a time."""
+    """One process (IPython, bash or Node.js, by language) and what runs in it; one run at
+    a time."""
 
     def __init__(self, context_id: str, language: str, cwd: Path, env: dict[str, str]) -> None:
         self.id = context_id
@@ -186,6 +187,9 @@ class Context:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             await asyncio.to_thread(process.wait)
+            for output in (process.stdout, process.stderr):
+                if output is not None:
+                    output.close()
         if pipes is not None:
             pipes.close()
 
@@ -458,9 +462,9 @@ class _Pipes:
                 loop.remove_reader(fd)
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        """Close the events pipe (stdout and stderr belong to the `Popen`, which closes
+        them: closing their numbers here too could close another file given the same)."""
+        os.close(self._fds["events"])
 
 
 class Contexts:
