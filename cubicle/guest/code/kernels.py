@@ -293,6 +293,10 @@ class Context:
                 elif kind == "ended":  # the process ends after this run
                     self.died = str(content.get("why") or "it ended")
                 elif kind == "done":
+                    # What subprocesses wrote before the run ended is in the output pipes
+                    # now: it belongs to this run, not the next.
+                    for name, text in pipes.drain_output():
+                        yield OutputEvent(type=name, text=text, timestamp=_now_ns())
                     self._unfinished = None
                     done = True
                     if self.died is not None:
@@ -405,6 +409,18 @@ class _Pipes:
                 return "eof", {}
             if not await self._wait(deadline):
                 return None
+
+    def drain_output(self) -> list[tuple[str, str]]:
+        """What stdout and stderr hold now, up to a pipe's worth each (a background
+        process that keeps writing must not keep the run from ending)."""
+        found = []
+        for name in ("stdout", "stderr"):
+            for _ in range(_PIPE_SIZE // self._CHUNK):
+                text = self._read_text(name)
+                if not text:
+                    break
+                found.append((name, text))
+        return found
 
     def _read_text(self, name: str) -> str:
         try:
