@@ -26,16 +26,20 @@ from cubicle.protocol.errors import CubicleError
 if TYPE_CHECKING:
     from cubicle.agent.steps import StepRecord
     from cubicle.client.sdk import AsyncDesktop
+    from cubicle.server.ports.tls import LocalCA
+    from cubicle.server.settings import Settings
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     from cubicle.server.app import create_app
     from cubicle.server.board.room import AgentRoom  # the assembly is where the rooms meet
     from cubicle.server.evals.room import EvalRoom
     from cubicle.server.live.api import LiveRoom
     from cubicle.server.mcp import McpRoom
+    from cubicle.server.ports.tls import tls_or_plain
     from cubicle.server.settings import Settings
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
@@ -54,8 +58,39 @@ def _serve(args: argparse.Namespace) -> int:
         create_app(settings, on_ready=announce, rooms=rooms),
         host=settings.host,
         port=settings.port,
+        # HTTP and HTTPS on the one port, told apart by each connection's first byte
+        http=tls_or_plain(HttpToolsProtocol, _local_ca(settings).server_context()),
+        server_header=False,  # a desktop's program answering through the proxy names itself
         log_level="warning",
         timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+def _local_ca(settings: Settings) -> LocalCA:
+    from cubicle.server.ports.tls import LocalCA
+
+    hosts = () if settings.host in ("0.0.0.0", "::", "") else (settings.host,)
+    return LocalCA.load_or_create(settings.data_dir / "ca", settings.port_domain_name, hosts)
+
+
+def _ca(args: argparse.Namespace) -> int:
+    from cubicle.server.settings import Settings
+
+    settings = Settings(**({"data_dir": Path(args.data_dir)} if args.data_dir else {}))
+    ca = _local_ca(settings).ca_pem
+    domain = settings.port_domain
+    print(
+        f"""The service's certificate authority: {ca}
+
+It signs the service's own certificate alone, for https://localhost:{settings.port}/ and
+https://<port>-<desktop id>.{domain}/ (desktops' ports). Trust it where you open those:
+
+  this machine:  cp {ca} /usr/local/share/ca-certificates/cubicle.crt && update-ca-certificates
+  Chromium:      certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n cubicle -i {ca}
+  Firefox:       Settings > Privacy & Security > Certificates > Import
+  Python:        SSL_CERT_FILE={ca}   (httpx: verify=ssl.create_default_context(cafile=...))
+  Node.js:       NODE_EXTRA_CA_CERTS={ca}"""
     )
     return 0
 
@@ -189,8 +224,9 @@ async def _image(args: argparse.Namespace) -> int:
 
 
 _EXTRAS = {
-    "serve": ("server", ("fastapi", "uvicorn", "aiortc", "pydantic_settings")),
+    "serve": ("server", ("fastapi", "uvicorn", "aiortc", "pydantic_settings", "cryptography")),
     "image": ("server", ("pydantic_settings",)),
+    "ca": ("server", ("pydantic_settings", "cryptography")),
     "run": ("agent", ("openai", "PIL")),
     "mcp": ("mcp", ("mcp",)),
 }
@@ -262,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--network", action="store_true", help="give a fresh desktop a network")
     run.add_argument("--data-dir", help="where runs are recorded (CUBICLE_DATA_DIR)")
 
+    ca = commands.add_parser("ca", help="where the service's local CA is, and how to trust it")
+    ca.add_argument("--data-dir", help="the service's data directory (CUBICLE_DATA_DIR)")
+
     mcp = commands.add_parser("mcp", help="serve MCP on stdin/stdout for a running service")
     mcp.add_argument("--url", help="the service (CUBICLE_URL, default http://127.0.0.1:8000)")
     mcp.add_argument("--token", help="its token (CUBICLE_TOKEN, default the token file)")
@@ -294,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_mcp(args))
         if args.command == "image":
             return asyncio.run(_image(args))
+        if args.command == "ca":
+            return _ca(args)
         return asyncio.run(_desktop(args))
     except CubicleError as exc:
         print(f"cubicle: {exc.message}", file=sys.stderr)

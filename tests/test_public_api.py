@@ -54,6 +54,7 @@ def test_public_names_are_pinned():
         "OffScreen",
         "PathNotAllowed",
         "PayloadTooLarge",
+        "PortClosed",
         "RecordingInfo",
         "RecordingNotFound",
         "Result",

@@ -34,7 +34,13 @@ from cubicle.client import code as _code
 from cubicle.protocol import actions as a
 from cubicle.protocol.code import ContextInfo, CreateContext, RunCode
 from cubicle.protocol.data_dir import default_data_dir
-from cubicle.protocol.errors import AuthError, ServiceUnreachable, WindowNotFound, raise_for_status
+from cubicle.protocol.errors import (
+    AuthError,
+    CubicleError,
+    ServiceUnreachable,
+    WindowNotFound,
+    raise_for_status,
+)
 from cubicle.protocol.models import (
     A11yTree,
     ClipboardText,
@@ -48,8 +54,12 @@ from cubicle.protocol.models import (
 )
 from cubicle.protocol.service import (
     ActionLog,
+    CdpEndpoint,
     CreateDesktop,
     DesktopInfo,
+    PortAccess,
+    PortInfo,
+    PreviewLink,
     RecordingInfo,
     ShareLink,
 )
@@ -59,6 +69,7 @@ M = TypeVar("M", bound=BaseModel)
 Point = tuple[int, int]
 _WINDOWS = TypeAdapter(list[WindowInfo])
 _ENTRIES = TypeAdapter(list[FileEntry])
+_PORTS = TypeAdapter(list[PortInfo])
 _DESKTOPS = TypeAdapter(list[DesktopInfo])
 _RECORDINGS = TypeAdapter(list[RecordingInfo])
 _CONTEXTS = TypeAdapter(list[ContextInfo])
@@ -207,6 +218,24 @@ class AsyncFiles:
         await self._d._call("DELETE", "files", params={"path": path})
 
 
+class AsyncBrowser:
+    """`desktop.browser`: the desktop's Chromium, for programs that drive browsers."""
+
+    def __init__(self, desktop: AsyncDesktop) -> None:
+        self._d = desktop
+
+    async def cdp(self, *, expires_s: int = 3600) -> CdpEndpoint:
+        """`cdp_url` with when it expires and the DevTools port inside."""
+        body = {"ttl_s": expires_s}
+        return await self._d._model(CdpEndpoint, "POST", "browser/cdp", json=body)
+
+    async def cdp_url(self, *, expires_s: int = 3600) -> str:
+        """A WebSocket URL to the desktop's Chromium (started if none runs) for
+        `playwright.chromium.connect_over_cdp(url)`: the browser the live view shows.
+        It opens DevTools alone, for `expires_s` seconds."""
+        return (await self.cdp(expires_s=expires_s)).url
+
+
 class AsyncDesktop:
     """One desktop of a Cubicle service, driven with asyncio."""
 
@@ -215,6 +244,7 @@ class AsyncDesktop:
         self._api = api
         self.commands = AsyncCommands(self)
         self.files = AsyncFiles(self)
+        self.browser = AsyncBrowser(self)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -526,6 +556,35 @@ class AsyncDesktop:
         """A link to the desktop's live view, valid `ttl_s` seconds; `control` may take over."""
         return await self._model(ShareLink, "POST", "share", json={"mode": mode, "ttl_s": ttl_s})
 
+    # --- ports ------------------------------------------------------------------------------
+
+    def get_host(self, port: int) -> str:
+        """`<port>-<id>.<domain>`: where `port` inside answers through the service (a
+        request there needs `X-Access-Token`, or use `preview_url`). No call is made."""
+        if not self.info.domain:
+            raise CubicleError("this service does not say where desktops' ports answer")
+        return f"{port}-{self.id}.{self.info.domain}"
+
+    async def ports(self) -> list[PortInfo]:
+        """The TCP ports programs listen on inside, each with its `host`."""
+        return _PORTS.validate_json((await self._call("GET", "ports")).content)
+
+    async def preview(self, port: int, *, expires_s: int = 3600) -> PreviewLink:
+        """A link that opens `port` alone, for `expires_s` seconds (revocable by its id)."""
+        body = {"ttl_s": expires_s}
+        return await self._model(PreviewLink, "POST", f"ports/{port}/previews", json=body)
+
+    async def preview_url(self, port: int, *, expires_s: int = 3600) -> str:
+        """An https URL that opens `port` in a browser for `expires_s` seconds, without
+        the service's token in it (`cubicle ca` says how to trust its certificate)."""
+        url = (await self.preview(port, expires_s=expires_s)).url
+        assert url is not None  # the answer that makes a link carries it
+        return url
+
+    async def set_port_public(self, port: int, public: bool = True) -> None:
+        """Let anyone who reaches the service open `port` without a token (or stop)."""
+        await self._call("PUT", f"ports/{port}", json=PortAccess(public=public).model_dump())
+
     async def start_recording(self, *, overlay: bool = False) -> RecordingInfo:
         """Start recording the screen to MP4 (or get the recording already running).
         `overlay`: draw the actions into the video (clicks, drags, scrolls, typed text)."""
@@ -668,6 +727,16 @@ class Files:
     remove = _blocking(AsyncFiles.remove)
 
 
+class Browser:
+    __doc__ = AsyncBrowser.__doc__
+
+    def __init__(self, twin: AsyncBrowser) -> None:
+        self._async = twin
+
+    cdp = _blocking(AsyncBrowser.cdp)
+    cdp_url = _blocking(AsyncBrowser.cdp_url)
+
+
 class Desktop:
     """One desktop of a Cubicle service, driven with blocking calls."""
 
@@ -675,6 +744,7 @@ class Desktop:
         self._async = twin
         self.commands = Commands(twin.commands)
         self.files = Files(twin.files)
+        self.browser = Browser(twin.browser)
 
     @classmethod
     def create(cls, **kwargs: Any) -> Desktop:
@@ -731,6 +801,14 @@ class Desktop:
     launch = _blocking(AsyncDesktop.launch)
     exec = _blocking(AsyncDesktop.exec)
     share = _blocking(AsyncDesktop.share)
+    ports = _blocking(AsyncDesktop.ports)
+    preview = _blocking(AsyncDesktop.preview)
+    preview_url = _blocking(AsyncDesktop.preview_url)
+    set_port_public = _blocking(AsyncDesktop.set_port_public)
+
+    def get_host(self, port: int) -> str:
+        return self._async.get_host(port)
+
     start_recording = _blocking(AsyncDesktop.start_recording)
     stop_recording = _blocking(AsyncDesktop.stop_recording)
     get_clipboard = _blocking(AsyncDesktop.get_clipboard)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import logging
-from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 from starlette.applications import Starlette
@@ -22,10 +20,11 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cubicle.guest import a11y, dispatch, windows
+from cubicle.guest import a11y, browser, dispatch, relay, windows
 from cubicle.guest.code.routes import code_routes
 from cubicle.guest.core import VERSION, Guest
 from cubicle.guest.frames import frame_routes
+from cubicle.guest.relay import SecretCheck
 from cubicle.guest.web import answer, body, error_answer, query
 from cubicle.protocol import actions as a
 from cubicle.protocol.errors import (
@@ -46,6 +45,7 @@ from cubicle.protocol.models import (
     FilesQuery,
     Health,
     LaunchRequest,
+    ListeningPort,
     OpenRequest,
     Screen,
     ScreenshotInfo,
@@ -60,6 +60,7 @@ log = logging.getLogger("cubicle.guest")
 
 _entries = TypeAdapter(list[FileEntry])
 _windows = TypeAdapter(list[WindowInfo])
+_ports = TypeAdapter(list[ListeningPort])
 
 
 async def _on_error(_: Request, exc: Exception) -> Response:
@@ -69,35 +70,14 @@ async def _on_error(_: Request, exc: Exception) -> Response:
 class RequireSecret:
     """ASGI middleware: answer 401 unless the request carries `Bearer <secret>`."""
 
-    def __init__(self, app: ASGIApp, secret: str, secret_file: Path | None = None) -> None:
+    def __init__(self, app: ASGIApp, check: SecretCheck) -> None:
         self.app = app
-        self._expected = f"Bearer {secret}".encode()
-        self._file = secret_file
-        self._file_stamp = self._stamp()
-
-    def _stamp(self) -> int | None:
-        try:
-            return self._file.stat().st_mtime_ns if self._file else None
-        except OSError:
-            return None
-
-    def _renewed(self) -> bool:
-        """Whether the runtime wrote a new secret (a microVM restored from a snapshot gets
-        one); if so, it is the one to check from now on."""
-        stamp = self._stamp()
-        if self._file is None or stamp == self._file_stamp:
-            return False
-        self._file_stamp = stamp
-        secret = self._file.read_text().strip()
-        self._expected = f"Bearer {secret}".encode()
-        return bool(secret)
+        self._check = check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-            if not hmac.compare_digest(given, self._expected) and not (
-                self._renewed() and hmac.compare_digest(given, self._expected)
-            ):
+            if not self._check.accepts(given):
                 refused = error_answer(AuthError("this desktop answers its runtime only"))
                 await refused(scope, receive, send)
                 return
@@ -257,11 +237,18 @@ class GuestRoutes:
             raise InvalidRequest("app is empty: name an application such as mousepad")
         return answer(await self.alive().system.launch(launch.app, launch.args))
 
+    async def ports(self, request: Request) -> Response:
+        """The TCP ports something listens on inside (the relay reaches any of them)."""
+        found = await asyncio.to_thread(relay.listening)
+        return Response(_ports.dump_json(found), media_type="application/json")
 
-def create_app(
-    guest: Guest, *, secret: str | None = None, secret_file: Path | None = None
-) -> ASGIApp:
-    """The guest protocol's ASGI app for `guest`; with `secret`, for its holder only."""
+    async def devtools(self, request: Request) -> Response:
+        """The desktop's Chromium with DevTools on (started if none runs)."""
+        return answer(await browser.devtools(self.alive().system))
+
+
+def create_app(guest: Guest, *, check: SecretCheck | None = None) -> ASGIApp:
+    """The guest protocol's ASGI app for `guest`; with `check`, for the secret's holder only."""
     api = GuestRoutes(guest)
     routes = [
         Route(GuestPath.HEALTH, api.health, methods=["GET"]),
@@ -279,6 +266,8 @@ def create_app(
         Route(GuestPath.CLIPBOARD, api.set_clipboard, methods=["PUT"]),
         Route(GuestPath.OPEN, api.open_target, methods=["POST"]),
         Route(GuestPath.LAUNCH, api.launch, methods=["POST"]),
+        Route(GuestPath.PORTS, api.ports, methods=["GET"]),
+        Route(GuestPath.DEVTOOLS, api.devtools, methods=["POST"]),
         *frame_routes(lambda: guest.video),
         *code_routes(lambda: guest.code),
     ]
@@ -290,4 +279,4 @@ def create_app(
             Exception: _on_error,
         },
     )
-    return RequireSecret(app, secret, secret_file) if secret else app
+    return RequireSecret(app, check) if check is not None else app

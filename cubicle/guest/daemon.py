@@ -101,6 +101,7 @@ def _base_env(home: Path) -> dict[str, str]:
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         "TERM": "xterm-256color",
         "XDG_RUNTIME_DIR": str(runtime_dir),
+        "CUBICLE_CHROMIUM_FLAGS": desktop_session.CHROMIUM_FLAGS,
     }
 
 
@@ -133,6 +134,7 @@ async def serve(args: argparse.Namespace) -> int:
 
     from cubicle.guest.app import create_app
     from cubicle.guest.core import Guest
+    from cubicle.guest.relay import Relays, SecretCheck, relay_protocol
     from cubicle.protocol.models import GuestEvent, Screen
 
     os.environ.update(
@@ -142,13 +144,14 @@ async def serve(args: argparse.Namespace) -> int:
     guest = Guest(session, home, args.max_file_bytes)
     guest.start()
     listen: Listen = args.listen
+    check = None
+    if secret is not None:
+        check = SecretCheck(secret, Path(args.secret_file) if args.secret_file else None)
+    relays = Relays.new()
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(
-                guest,
-                secret=secret,
-                secret_file=Path(args.secret_file) if args.secret_file else None,
-            ),
+            create_app(guest, check=check),
+            http=relay_protocol(check, relays),
             fd=listen.fd,
             uds=listen.uds,
             host=listen.host or "127.0.0.1",
@@ -195,6 +198,7 @@ async def serve(args: argparse.Namespace) -> int:
         await serving
         return 1
     finally:
+        await relays.close()
         await guest.stop()
         session.stop()
     return 1 if guest.failure else 0

@@ -22,6 +22,16 @@ from Xlib import X, Xatom
 from Xlib import display as xdisplay
 from Xlib import error as xerror
 
+CHROMIUM_FLAGS = (
+    "--no-first-run --no-default-browser-check --disable-background-networking "
+    "--disable-component-update --disable-sync --password-store=basic --test-type "
+    "--remote-debugging-port=0"
+)
+"""`CUBICLE_CHROMIUM_FLAGS` in every program the session starts, which the local runtime's
+line in /etc/chromium.d hands to Debian's chromium wrapper: a quiet browser that calls no
+one at start, with DevTools on a port of the sandbox's loopback (written to the profile's
+`DevToolsActivePort`), reached from outside only through the service."""
+
 if TYPE_CHECKING:
     from cubicle.protocol.errors import SandboxStartError
 

@@ -49,12 +49,6 @@ APPS: dict[str, list[str]] = {
 }
 """Application names `launch` understands, beside desktop-file ids and programs on PATH."""
 
-CHROMIUM_FLAGS = (
-    "--no-first-run --no-default-browser-check --disable-background-networking "
-    "--disable-component-update --disable-sync --password-store=basic --test-type"
-)
-"""Read by Debian's chromium wrapper: a quiet browser that calls no one at start."""
-
 _OUTPUT_LIMIT = 10 * 1024 * 1024
 """Characters of stdout or stderr kept by a non-streamed exec; the rest is dropped."""
 _NAME_MAX = 255
@@ -327,7 +321,7 @@ class System:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 cwd=self.home,
-                env={**self.env, "CHROMIUM_FLAGS": CHROMIUM_FLAGS},
+                env=self.env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

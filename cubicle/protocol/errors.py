@@ -175,6 +175,12 @@ class GuestUnreachable(SandboxError):
     code = "guest_unreachable"
 
 
+class PortClosed(SandboxError):
+    """Nothing listens on the port a request was relayed to inside the desktop."""
+
+    code = "port_closed"
+
+
 class A11yUnavailable(SandboxError):
     """AT-SPI cannot be reached: no session D-Bus, or at-spi2-core (the a11y bus) missing."""
 
@@ -233,6 +239,7 @@ STATUS: dict[type[CubicleError], int] = {
     AuthError: 401,
     Forbidden: 403,
     GuestUnreachable: 502,
+    PortClosed: 502,
     SandboxError: 500,
     CubicleError: 500,
 }

@@ -193,6 +193,26 @@ class GuestEvent(BaseModel):
     """The screen the desktop runs at (`ready` only)."""
 
 
+class ListeningPort(BaseModel):
+    """A TCP port something listens on inside a desktop (`GET /ports`)."""
+
+    port: int
+    address: str
+    """The address it is bound to inside: `127.0.0.1`, `0.0.0.0`, `::`…"""
+    pid: int | None = None
+    """The process holding it, as the desktop numbers processes, where it can be told."""
+    process: str | None = None
+    """That process's name."""
+
+
+class DevTools(BaseModel):
+    """Where the desktop's Chromium serves DevTools inside (`POST /browser/devtools`)."""
+
+    port: int
+    browser_path: str
+    """The browser target's WebSocket path, `/devtools/browser/<id>`."""
+
+
 _QUERY = ConfigDict(extra="ignore")
 """Query models ignore names they do not know: a browser link also carries its `token`."""
 

@@ -29,6 +29,14 @@ class GuestPath(StrEnum):
     CONTEXT = "/contexts/{context_id}"
     CONTEXT_RESTART = "/contexts/{context_id}/restart"
     CONTEXT_INTERRUPT = "/contexts/{context_id}/interrupt"
+    PORTS = "/ports"
+    DEVTOOLS = "/browser/devtools"
+    RELAY = "/relay/{port}"
+
+
+RELAY_UPGRADE = b"cubicle-relay"
+"""The `Upgrade` token of `GuestPath.RELAY`: the connection becomes a byte stream to the
+port (`cubicle.guest.relay`)."""
 
 
 def window_op_path(window_id: int | str, op: str) -> str:

@@ -92,6 +92,9 @@ class DesktopInfo(BaseModel):
     """The runtime the desktop runs in."""
     node: NodeInfo | None = None
     """The cluster node that holds it; absent for desktops on the service's own host."""
+    domain: str | None = None
+    """Where its ports are reached through the service: port P of the desktop answers at
+    `<P>-<id>.<domain>` (E2B's `get_host`), over HTTP or HTTPS."""
 
 
 class PoolKind(BaseModel):
@@ -188,6 +191,68 @@ class ShareLink(BaseModel):
     """The viewer page (with the token in it, in the answer that made the link)."""
     expires_at: datetime
     created_at: datetime
+
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class PortInfo(BaseModel):
+    """A TCP port a program listens on inside a desktop (`GET /api/desktops/{id}/ports`)."""
+
+    port: int
+    address: str
+    """The address it is bound to inside (any of them is reached through the service)."""
+    process: str | None = None
+    pid: int | None = None
+    public: bool = False
+    """Open to anyone who knows its address, without a token (`PUT .../ports/{port}`)."""
+    host: str
+    """Its address through the service: `<port>-<desktop id>.<domain>` (E2B's `get_host`)."""
+
+
+class PortAccess(BaseModel):
+    """Body of `PUT /api/desktops/{id}/ports/{port}`: who may reach the port."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    public: bool
+    """True: anyone who can reach the service may open it, without a token."""
+
+
+class PreviewRequest(BaseModel):
+    """Body of `POST /api/desktops/{id}/ports/{port}/previews`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttl_s: Annotated[int, Field(ge=1, le=7 * 24 * 3600)] = 3600
+    """Seconds the link works (up to 7 days)."""
+
+
+class PreviewLink(BaseModel):
+    """A link that opens one port of one desktop through the service, until it expires or
+    is revoked (`DELETE /api/desktops/{id}/previews/{link_id}`)."""
+
+    id: str
+    desktop_id: str
+    port: int
+    token: str | None = None
+    """Only in the answer that made the link: sent as `X-Access-Token`, or carried by `url`."""
+    url: str | None = None
+    """Opens the port in a browser (TLS from the service's CA; the page sets a cookie for
+    that one host and drops the token from its address)."""
+    expires_at: datetime
+    created_at: datetime
+
+
+class CdpEndpoint(BaseModel):
+    """The desktop's Chromium with DevTools on, through the service (`POST .../browser/cdp`)."""
+
+    url: str
+    """A WebSocket URL for `playwright.chromium.connect_over_cdp(url)`: it carries a preview
+    token for the DevTools port, valid `expires_at`."""
+    expires_at: datetime
+    port: int
+    """The DevTools port inside the desktop (reachable only through the service)."""
 
 
 class TakeSnapshot(BaseModel):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import httptools
@@ -162,6 +162,20 @@ class _Connection(asyncio.Protocol):
                 self.close()
                 raise Http1Error(f"could not send within {timeout_s} s") from None
 
+    async def send_more(self, data: bytes, timeout_s: float | None) -> None:
+        """More of the request body, after `send`; waits while the peer cannot take more."""
+        assert self._transport is not None
+        if self.closed:
+            raise self._error or Http1Error("the connection is closed")
+        self._transport.write(data)
+        if self._writable is not None:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._writable
+            except TimeoutError:
+                self.close()
+                raise Http1Error(f"could not send within {timeout_s} s") from None
+
     async def read_head(self, timeout_s: float | None) -> None:
         while not self.head_done:
             await self._wait(timeout_s)
@@ -215,6 +229,23 @@ class Pool:
                 conn, _ = await self._acquire(timeouts.connect, fresh=True)
                 await conn.send(head, body, timeouts.write)
                 await conn.read_head(timeouts.read)
+        except BaseException:
+            conn.close()
+            self._open.discard(conn)
+            raise
+        return conn
+
+    async def exchange_streaming(
+        self, head: bytes, body: AsyncIterator[bytes], timeouts: Timeouts
+    ) -> _Connection:
+        """`exchange` with a body sent as `body` yields it, on a new connection (a body
+        read once cannot be sent again if a kept-alive one turns out closed)."""
+        conn, _ = await self._acquire(timeouts.connect, fresh=True)
+        try:
+            await conn.send(head, b"", timeouts.write)
+            async for piece in body:
+                await conn.send_more(piece, timeouts.write)
+            await conn.read_head(timeouts.read)
         except BaseException:
             conn.close()
             self._open.discard(conn)

@@ -26,6 +26,9 @@ from cubicle.server.api.openapi import install as install_openapi
 from cubicle.server.api.security import BodyLimits, Guard
 from cubicle.server.inside import InProcessTransport
 from cubicle.server.manager import SandboxManager
+from cubicle.server.ports import Ports
+from cubicle.server.ports import api as ports_api
+from cubicle.server.ports.proxy import PortProxy
 from cubicle.server.services import Room, Services
 from cubicle.server.settings import Settings, get_settings
 from cubicle.server.shares import ShareLinks
@@ -58,7 +61,8 @@ def create_app(
         at_rest.protect(settings.data_dir)
         manager = SandboxManager(settings)
         token = load_or_create_token(settings.data_dir, settings.token)
-        services = Services(settings, token, manager, ShareLinks(manager.events))
+        ports = Ports(settings, manager.events)
+        services = Services(settings, token, manager, ShareLinks(manager.events), ports)
         services.door = InProcessTransport(app, {"services": services})
         await manager.start()
         started: list[Room] = []
@@ -74,6 +78,7 @@ def create_app(
             for room in reversed(started):
                 await room.stop()
             services.shares.close()
+            services.ports.close()
             await manager.stop()
 
     app = FastAPI(
@@ -88,11 +93,14 @@ def create_app(
     for room in rooms:
         limits.update(room.body_limits)
     app.add_middleware(Guard, limits=BodyLimits(settings.max_body_bytes, limits))
+    # Outermost: a request for a desktop's port is carried there whole, whatever its size.
+    app.add_middleware(PortProxy, domain=settings.port_domain)
     app.include_router(desktops.router, dependencies=[Depends(require_token)])
     app.include_router(code.router, dependencies=[Depends(require_token)])
     app.include_router(code_interpreter.router, dependencies=[Depends(require_token)])
     app.include_router(session.router)
     app.include_router(pool.router, dependencies=[Depends(require_token)])
+    app.include_router(ports_api.router, dependencies=[Depends(require_token)])
     for room in rooms:
         for router in room.routers:
             app.include_router(router)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -19,10 +20,13 @@ from urllib.parse import urlencode
 from pydantic import BaseModel
 
 from cubicle.protocol.errors import DesktopGone, GuestUnreachable, raise_for_status
+from cubicle.protocol.routes import RELAY_UPGRADE, GuestPath
 from cubicle.server._http1 import Http1Error, Pool, Timeouts, _Connection
 
 M = TypeVar("M", bound=BaseModel)
 JSON = "application/json"
+_MAX_RELAY_HEAD = 16 * 1024
+"""Bytes of the guest's answer to a relay request before its end of head must show."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ class GuestClient:
         self._fixed_headers = fixed
         self._ended: str | None = None
         """Why the desktop ended, once `close` was told: later failures say that."""
+        self._relays: dict[int, Pool] = {}
+        """Keep-alive HTTP connections to ports inside, each over its own relay."""
 
     def _unreachable(self, what: str, exc: Http1Error) -> Exception:
         """The error for a failed exchange: the desktop's end, if that is what cut it."""
@@ -185,9 +191,125 @@ class GuestClient:
         finally:
             self._pool.release(conn)
 
+    async def open_relay(self, port: int) -> socket.socket:
+        """A connected socket whose bytes reach `port` inside the desktop and back
+        (`cubicle.guest.relay`); `PortClosed` when nothing listens there."""
+        loop = asyncio.get_running_loop()
+        if self._ended is not None:
+            raise DesktopGone(self._ended)
+        head = (
+            b"GET %s HTTP/1.1\r\n" % GuestPath.RELAY.format(port=port).encode()
+            + self._fixed_headers
+            + b"connection: upgrade\r\nupgrade: %s\r\n\r\n" % RELAY_UPGRADE
+        )
+        sock = await self._dial()
+        try:
+            async with asyncio.timeout(self._timeouts.connect):
+                await loop.sock_sendall(sock, head)
+                status, body = await _relay_answer(loop, sock)
+        except (OSError, TimeoutError) as exc:
+            sock.close()
+            what = f"the desktop's guest daemon did not relay port {port} ({self.endpoint})"
+            raise self._unreachable(what, Http1Error(str(exc) or type(exc).__name__)) from exc
+        except BaseException:
+            sock.close()
+            raise
+        if status != 101:
+            sock.close()
+            raise_for_status(status, body)
+            raise GuestUnreachable(f"the guest answered {status} to a relay request")
+        return sock
+
+    async def _dial(self) -> socket.socket:
+        """A new non-blocking socket connected to the guest daemon."""
+        loop = asyncio.get_running_loop()
+        address: str | tuple
+        if self.endpoint.uds is not None:
+            family, address = socket.AF_UNIX, self.endpoint.uds
+        else:
+            infos = await loop.getaddrinfo(
+                self.endpoint.host, self.endpoint.port, type=socket.SOCK_STREAM
+            )
+            family, address = infos[0][0], infos[0][4]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        if family != socket.AF_UNIX:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            async with asyncio.timeout(self._timeouts.connect):
+                await loop.sock_connect(sock, address)
+        except (OSError, TimeoutError) as exc:
+            sock.close()
+            what = f"the desktop's guest daemon did not answer ({self.endpoint})"
+            raise self._unreachable(what, Http1Error(str(exc) or "timed out")) from exc
+        return sock
+
+    def relay_pool(self, port: int) -> Pool:
+        """Keep-alive HTTP/1.1 connections to `port` inside, for the port proxy."""
+        pool = self._relays.get(port)
+        if pool is None:
+
+            async def connect(protocol):
+                sock = await self.open_relay(port)
+                loop = asyncio.get_running_loop()
+                return await loop.create_connection(protocol, sock=sock)
+
+            pool = self._relays[port] = Pool(connect)
+        return pool
+
     async def close(self, reason: str | None = None) -> None:
         """Close every connection; `reason` (why the desktop ended) becomes the
         `DesktopGone` of requests cut short by it or sent after it."""
         if reason is not None and self._ended is None:
             self._ended = reason
         await self._pool.aclose()
+        for pool in self._relays.values():
+            await pool.aclose()
+        self._relays.clear()
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
+
+
+async def _relay_answer(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> tuple[int, bytes]:
+    """The status of the guest's answer to a relay request and, unless it is 101, its body.
+
+    Reads the head with `MSG_PEEK` first, then takes exactly the head off the socket: what
+    follows a 101 is the inside program's, and stays for whoever reads the socket next.
+    """
+    seen = 0
+    while True:
+        await _readable(loop, sock)
+        peeked = sock.recv(_MAX_RELAY_HEAD, socket.MSG_PEEK)
+        if not peeked:
+            raise ConnectionResetError("the guest closed the relay before answering")
+        end = peeked.find(b"\r\n\r\n")
+        if end >= 0:
+            break
+        if len(peeked) >= _MAX_RELAY_HEAD:
+            raise ConnectionError("the guest's answer to a relay request has no end of head")
+        if len(peeked) == seen:
+            await asyncio.sleep(0.001)  # the rest of the head is on its way
+        seen = len(peeked)
+    head = sock.recv(end + 4)
+    status_line = head.split(b"\r\n", 1)[0].split()
+    status = int(status_line[1]) if len(status_line) > 1 and status_line[1].isdigit() else 0
+    if status == 101:
+        return status, b""
+    body = bytearray()
+    while chunk := await loop.sock_recv(sock, 65536):  # the guest closes after an error
+        body += chunk
+        if len(body) > _MAX_RELAY_HEAD:
+            break
+    return status, bytes(body)

@@ -83,7 +83,7 @@ class _Desktop:
     lanes: dict[LaneName, Lane] = field(default_factory=desktop_lanes)
     """Bounded lines for the desktop's slow calls (`cubicle.protocol.lanes`)."""
 
-    def info(self) -> DesktopInfo:
+    def info(self, domain: str) -> DesktopInfo:
         expires = None
         if self.status == "ready" and not self.holders:
             idle = time.monotonic() - self.last_used
@@ -102,6 +102,7 @@ class _Desktop:
             from_pool=self.from_pool,
             runtime=self.runtime,
             node=self._node(),
+            domain=domain,
         )
 
     def _node(self) -> NodeInfo | None:
@@ -261,7 +262,7 @@ class SandboxManager:
                 del self._desktops[record.spec.id]
                 raise
         self.pool.refill()
-        return record.info()
+        return record.info(self.settings.port_domain)
 
     async def _boot(self, record: _Desktop) -> None:
         """Start the record's sandbox and wait until its desktop is drawn."""
@@ -399,10 +400,10 @@ class SandboxManager:
             ) from None
 
     def list(self) -> list[DesktopInfo]:
-        return [record.info() for record in self._desktops.values()]
+        return [record.info(self.settings.port_domain) for record in self._desktops.values()]
 
     def get(self, desktop_id: str) -> DesktopInfo:
-        return self._record(desktop_id).info()
+        return self._record(desktop_id).info(self.settings.port_domain)
 
     def guest(self, desktop_id: str, *, touch: bool = True) -> GuestClient:
         """The guest client of a ready desktop; counts as activity for the idle timeout
@@ -462,7 +463,7 @@ class SandboxManager:
         record.timeout_s = timeout_s
         if record.sandbox is not None:
             record.sandbox.kept(timeout_s, record.created_at)
-        return record.info()
+        return record.info(self.settings.port_domain)
 
     async def kill(self, desktop_id: str) -> None:
         """Stop a desktop and forget it."""

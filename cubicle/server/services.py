@@ -19,6 +19,7 @@ from starlette.requests import HTTPConnection
 from cubicle.client.sdk import AsyncDesktop, AsyncServiceClient
 from cubicle.server import inside
 from cubicle.server.manager import SandboxManager
+from cubicle.server.ports import Ports
 from cubicle.server.settings import Settings
 from cubicle.server.shares import ShareLinks
 
@@ -35,6 +36,8 @@ class Services:
     manager: SandboxManager
     shares: ShareLinks
     """Every share link (`cubicle.server.shares`): made by the live view, checked by auth."""
+    ports: Ports
+    """Preview links and public ports of desktops (`cubicle.server.ports`)."""
     door: inside.InProcessTransport | None = None
     """Requests from the service to itself (`cubicle.server.inside`); set by the lifespan."""
     _rooms: dict[type, object] = field(default_factory=dict)

@@ -13,6 +13,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from cubicle.protocol.data_dir import default_data_dir
 
+LOCAL_DOMAIN = "cubicle.localhost"
+"""The default domain of desktops' ports: browsers resolve every `*.localhost` to loopback."""
+
 CidrList = Annotated[tuple[str, ...], NoDecode]
 """Comma-separated CIDRs in the environment (`10.0.0.5/32,192.168.1.0/24`)."""
 
@@ -30,6 +33,10 @@ class Settings(BaseSettings):
     port: int = 8000
     token: str | None = None
     """API token; generated on first start and kept in `data_dir/token` when unset."""
+    domain: str | None = None
+    """Where desktops' ports answer by host name: port P of desktop D is `P-D.<domain>`.
+    Unset: `cubicle.localhost:<port>` (browsers resolve `*.localhost` to this machine).
+    Behind a proxy or DNS of your own, e.g. `cubicle.example.com` or `example.com:8443`."""
     runtime: str = "local"
     """The runtime new desktops start in unless they ask for another (`cubicle.server.runtime`)."""
     max_desktops: Annotated[int, Field(ge=1, le=1000)] = 32
@@ -105,6 +112,17 @@ class Settings(BaseSettings):
     ray_spares: Annotated[int, Field(ge=0, le=16)] = 1
     """Actors of the `ray` runtime kept placed, their processes started, ahead of creates
     of default desktops (each holds one desktop's resources until a create takes it)."""
+
+    @property
+    def port_domain(self) -> str:
+        """`domain`, or `cubicle.localhost:<port>`: what follows `<port>-<id>.`."""
+        return self.domain or f"{LOCAL_DOMAIN}:{self.port}"
+
+    @property
+    def port_domain_name(self) -> str:
+        """`port_domain` without its port: the name the service's certificate covers."""
+        name, sep, port = self.port_domain.rpartition(":")
+        return name if sep and port.isdigit() else self.port_domain
 
     @property
     def max_upload_bytes(self) -> int:

@@ -15,6 +15,7 @@ TWINS = [
     (sdk.AsyncDesktop, sdk.Desktop),
     (sdk.AsyncCommands, sdk.Commands),
     (sdk.AsyncFiles, sdk.Files),
+    (sdk.AsyncBrowser, sdk.Browser),
     (sdk.AsyncServiceClient, sdk.ServiceClient),
 ]
 

@@ -16,6 +16,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from cubicle.guest.app import RequireSecret
+from cubicle.guest.relay import SecretCheck
 from cubicle.protocol.errors import AuthError, CubicleError, GuestUnreachable, NotFound
 from cubicle.protocol.routes import GuestPath, window_op_path
 from cubicle.server.guest_client import GuestClient, GuestEndpoint
@@ -167,7 +168,7 @@ async def test_the_guests_errors_come_back_as_their_own_class():
 
 async def test_over_tcp_only_the_holder_of_the_secret_is_answered():
     config = uvicorn.Config(
-        RequireSecret(_APP, "s3cret"), host="127.0.0.1", port=0, log_level="warning",
+        RequireSecret(_APP, SecretCheck("s3cret")), host="127.0.0.1", port=0, log_level="warning",
         lifespan="off",
     )  # fmt: skip
     async with _serve(config) as server:

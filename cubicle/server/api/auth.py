@@ -24,7 +24,7 @@ from starlette.requests import HTTPConnection
 from cubicle.protocol.errors import AuthError, Forbidden
 from cubicle.protocol.service import AccessMode
 from cubicle.server.inside import is_inside
-from cubicle.server.services import services_of
+from cubicle.server.services import Services, services_of
 from cubicle.server.shares import PREFIX as SHARE_PREFIX
 
 ADMIN_COOKIE = "cubicle_admin"
@@ -64,13 +64,18 @@ class Access:
         return self.desktop_id is None
 
 
+def is_admin_token(services: Services, token: str) -> bool:
+    """Whether `token` is the service's admin token (compared in constant time)."""
+    return secrets.compare_digest(token.encode(), services.token.encode())
+
+
 def read_token(connection: HTTPConnection, token: str) -> Access:
     """What `token` allows on this service; `AuthError` if it allows nothing."""
     services = services_of(connection)
     if token.startswith(SHARE_PREFIX + "."):
         grant = services.shares.verify(token)
         return Access(grant.desktop_id, grant.mode, grant.expires_at, grant.id)
-    if not secrets.compare_digest(token.encode(), services.token.encode()):
+    if not is_admin_token(services, token):
         raise AuthError("wrong token: use the one printed when the service started")
     return Access(None, "control")
 

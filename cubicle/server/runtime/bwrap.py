@@ -39,8 +39,9 @@ ETC_ALLOWLIST = (
 
 CHROMIUM_CONF = """# Written by Cubicle's local runtime (cubicle/server/runtime/bwrap.py).
 # Chromium's own sandbox needs user namespaces, which a desktop may not create
-# (docs/security.md): the desktop's sandbox is the boundary.
-export CHROMIUM_FLAGS="$CHROMIUM_FLAGS --no-sandbox --test-type"
+# (docs/security.md): the desktop's sandbox is the boundary. The wrapper ignores the
+# environment's CHROMIUM_FLAGS; the guest's own flags come in CUBICLE_CHROMIUM_FLAGS.
+export CHROMIUM_FLAGS="$CHROMIUM_FLAGS --no-sandbox --test-type ${CUBICLE_CHROMIUM_FLAGS:-}"
 """
 """Debian's chromium wrapper sources /etc/chromium.d/*: the desktop's copy adds this."""
 

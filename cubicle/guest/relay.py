@@ -1,0 +1,270 @@
+"""The port relay: a byte stream from the service to a TCP port inside the sandbox.
+
+The service reaches a program listening inside a desktop (a dev server, Chromium's DevTools)
+only through its guest, with the guest's own secret: it asks
+
+    GET /relay/8000 HTTP/1.1
+    Connection: Upgrade
+    Upgrade: cubicle-relay
+    Authorization: Bearer <secret>
+
+and the guest connects to port 8000 on the sandbox's loopback (127.0.0.1, then ::1, where
+Node's dev servers often listen), answers `101 Switching Protocols` and copies bytes both
+ways until either side closes; or it answers an `ErrorBody` (401, 422, or 502 `port_closed`
+when nothing listens there). What the bytes mean (HTTP, WebSocket, CDP) is the service's
+business: the guest neither parses nor buffers them beyond the socket's own buffers, and
+each direction pauses while the other cannot take more.
+
+It rides on the guest's one HTTP listener: `relay_protocol` makes a subclass of uvicorn's
+httptools protocol that takes this upgrade the way uvicorn takes a WebSocket one (the three
+hooks it overrides are uvicorn's own; `tests/desktop/test_ports.py` pins them). Every runtime's
+guest endpoint (a Unix socket, TCP to a microVM, TCP to a Ray node) carries it unchanged.
+
+`listening()` reads which TCP ports something listens on, from `/proc/net/tcp{,6}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from cubicle.protocol.errors import (
+    AuthError,
+    CubicleError,
+    InvalidRequest,
+    PortClosed,
+    answer_for,
+)
+from cubicle.protocol.models import ListeningPort
+from cubicle.protocol.routes import RELAY_UPGRADE
+
+log = logging.getLogger("cubicle.guest")
+
+_RELAY_PATH = re.compile(rb"^/relay/(\d{1,5})$")
+_SWITCHED = (
+    b"HTTP/1.1 101 Switching Protocols\r\n"
+    b"connection: upgrade\r\nupgrade: " + RELAY_UPGRADE + b"\r\n\r\n"
+)
+_REASONS = {401: b"Unauthorized", 422: b"Unprocessable Entity", 502: b"Bad Gateway"}
+
+
+class SecretCheck:
+    """Whether a request carries the guest's secret (`Authorization: Bearer <secret>`).
+
+    A runtime that writes a new secret file (a microVM restored from a snapshot gets a new
+    secret) is believed from then on: the file is read again when its stamp changes.
+    """
+
+    def __init__(self, secret: str, secret_file: Path | None = None) -> None:
+        self._expected = f"Bearer {secret}".encode()
+        self._file = secret_file
+        self._file_stamp = self._stamp()
+
+    def _stamp(self) -> int | None:
+        try:
+            return self._file.stat().st_mtime_ns if self._file else None
+        except OSError:
+            return None
+
+    def _renewed(self) -> bool:
+        stamp = self._stamp()
+        if self._file is None or stamp == self._file_stamp:
+            return False
+        self._file_stamp = stamp
+        secret = self._file.read_text().strip()
+        self._expected = f"Bearer {secret}".encode()
+        return bool(secret)
+
+    def accepts(self, authorization: bytes) -> bool:
+        if hmac.compare_digest(authorization, self._expected):
+            return True
+        return self._renewed() and hmac.compare_digest(authorization, self._expected)
+
+
+class _Pipe(asyncio.Protocol):
+    """One end of a relay: what arrives here is written to the other end's transport.
+
+    Flow control joins the two: when the other end's transport cannot take more, this end
+    stops reading until it can. An end of stream is passed on as one (half-close), and
+    either end closing closes the other.
+    """
+
+    def __init__(self, relays: Relays) -> None:
+        self._relays = relays
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Pipe | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._relays.open.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.write(data)
+
+    def eof_received(self) -> bool:
+        peer = self.peer.transport if self.peer is not None else None
+        if peer is not None and peer.can_write_eof() and not peer.is_closing():
+            peer.write_eof()
+            return True  # the other direction may still be talking
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._relays.open.discard(self)
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+
+@dataclass
+class Relays:
+    """The relays one guest daemon has open and the connects it is making: closed with it."""
+
+    open: set[_Pipe]
+    connecting: set[asyncio.Task[None]]
+
+    @classmethod
+    def new(cls) -> Relays:
+        return cls(set(), set())
+
+    async def close(self) -> None:
+        for task in self.connecting:
+            task.cancel()
+        await asyncio.gather(*self.connecting, return_exceptions=True)
+        for pipe in list(self.open):
+            if pipe.transport is not None:
+                pipe.transport.close()
+
+
+async def _connect_inside(relays: Relays, port: int) -> _Pipe:
+    """A connection to `port` on the sandbox's loopback, IPv4 first, then IPv6."""
+    loop = asyncio.get_running_loop()
+    failures = []
+    for host in ("127.0.0.1", "::1"):
+        try:
+            _, pipe = await loop.create_connection(lambda: _Pipe(relays), host, port)
+            return pipe
+        except OSError as exc:
+            failures.append(f"{host}: {exc.strerror or exc}")
+    raise PortClosed(f"nothing listens on port {port} inside this desktop ({'; '.join(failures)})")
+
+
+def _refusal(exc: CubicleError) -> bytes:
+    answer = answer_for(exc, log_hint="the desktop's log")
+    body = answer.json()
+    reason = _REASONS.get(answer.status, b"Error")
+    return (
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n%s" % (answer.status, reason, len(body), body)
+    )
+
+
+def relay_protocol(check: SecretCheck | None, relays: Relays) -> type[HttpToolsProtocol]:
+    """uvicorn's HTTP protocol, taking `Upgrade: cubicle-relay` as well as WebSockets."""
+
+    class GuestHttp(HttpToolsProtocol):
+        def _should_upgrade(self) -> bool:
+            return self._get_upgrade() == RELAY_UPGRADE or super()._should_upgrade()
+
+        def handle_websocket_upgrade(self) -> None:
+            if self._get_upgrade() != RELAY_UPGRADE:
+                super().handle_websocket_upgrade()
+                return
+            self.connections.discard(self)  # uvicorn's shutdown no longer waits for it
+            self.transport.pause_reading()
+            task = asyncio.get_running_loop().create_task(self._relay())
+            relays.connecting.add(task)
+            task.add_done_callback(relays.connecting.discard)
+
+        async def _relay(self) -> None:
+            outside = self.transport
+            try:
+                authorization = next((v for k, v in self.headers if k == b"authorization"), b"")
+                if check is not None and not check.accepts(authorization):
+                    raise AuthError("this desktop answers its runtime only")
+                found = _RELAY_PATH.match(self.url)
+                if found is None or not 0 < int(found[1]) < 65536:
+                    raise InvalidRequest(f"no port to relay to in {self.url!r}: use /relay/PORT")
+                inside = await _connect_inside(relays, int(found[1]))
+            except CubicleError as exc:
+                outside.write(_refusal(exc))
+                outside.close()
+                return
+            if outside.is_closing():  # the service gave up while the connect went on
+                if inside.transport is not None:
+                    inside.transport.close()
+                return
+            pipe = _Pipe(relays)
+            pipe.connection_made(outside)
+            pipe.peer, inside.peer = inside, pipe
+            outside.set_protocol(pipe)
+            outside.write(_SWITCHED)
+            outside.resume_reading()
+
+    return GuestHttp
+
+
+_LISTEN = "0A"
+"""The state `/proc/net/tcp` gives a listening socket."""
+
+
+def listening(proc: Path = Path("/proc")) -> list[ListeningPort]:
+    """The TCP ports something listens on in this network namespace, with the process that
+    holds each where it can be told (not the guest itself, which serves the service)."""
+    sockets: dict[str, tuple[int, str]] = {}
+    for name in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in (proc / "self/net" / name).read_text().splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 9 and fields[3] == _LISTEN:
+                    hex_address, _, hex_port = fields[1].partition(":")
+                    sockets[fields[9]] = (int(hex_port, 16), _address(hex_address))
+    owners = _owners(proc, set(sockets))
+    me = os.getpid()
+    found: dict[tuple[int, str], ListeningPort] = {}
+    for inode, (port, address) in sockets.items():
+        pid, process = owners.get(inode, (None, None))
+        if pid == me:
+            continue
+        found[(port, address)] = ListeningPort(port=port, address=address, pid=pid, process=process)
+    return sorted(found.values(), key=lambda p: (p.port, p.address))
+
+
+def _address(hex_address: str) -> str:
+    """`/proc/net/tcp`'s address (little-endian words) as text."""
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return str(ipaddress.ip_address(words))
+
+
+def _owners(proc: Path, inodes: set[str]) -> dict[str, tuple[int, str]]:
+    """Which process holds each socket inode, among those this process may look into."""
+    owners: dict[str, tuple[int, str]] = {}
+    if not inodes:
+        return owners
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (entry / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:[") and (inode := target[8:-1]) in inodes:
+                    comm = (entry / "comm").read_text().strip()
+                    owners.setdefault(inode, (int(entry.name), comm))
+    return owners
