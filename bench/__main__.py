@@ -35,6 +35,7 @@ from bench import (
     load,
     microvm,
     pointer,
+    ports,
     ray,
     screenshot,
     soak,
@@ -61,6 +62,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "hardening": hardening.run,
     "client_install": client_install.run,
     "code": code.run,
+    "ports": ports.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"

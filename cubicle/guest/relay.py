@@ -12,8 +12,9 @@ and the guest connects to port 8000 on the sandbox's loopback (127.0.0.1, then :
 Node's dev servers often listen), answers `101 Switching Protocols` and copies bytes both
 ways until either side closes; or it answers an `ErrorBody` (401, 422, or 502 `port_closed`
 when nothing listens there). What the bytes mean (HTTP, WebSocket, CDP) is the service's
-business: the guest neither parses nor buffers them beyond the socket's own buffers, and
-each direction pauses while the other cannot take more.
+business: the guest does not even read them. A thread per direction moves them from one
+socket to the other with splice(2), in the kernel; each waits while the other side cannot
+take more.
 
 It rides on the guest's one HTTP listener: `relay_protocol` makes a subclass of uvicorn's
 httptools protocol that takes this upgrade the way uvicorn takes a WebSocket one (the three
@@ -27,11 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hmac
 import ipaddress
 import logging
 import os
 import re
+import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,53 +94,71 @@ class SecretCheck:
         return self._renewed() and hmac.compare_digest(authorization, self._expected)
 
 
-class _Pipe(asyncio.Protocol):
-    """One end of a relay: what arrives here is written to the other end's transport.
+_SPLICE_BYTES = 1 << 20
+"""Bytes one splice(2) call may move: the pipe between the two sockets is made this big."""
+_F_SETPIPE_SZ = 1031
 
-    Flow control joins the two: when the other end's transport cannot take more, this end
-    stops reading until it can. An end of stream is passed on as one (half-close), and
-    either end closing closes the other.
-    """
 
-    def __init__(self, relays: Relays) -> None:
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    """Move what arrives on `src` to `dst` until `src` ends, through a pipe, in the kernel
+    (splice(2): no copy into this process); then end `dst`'s writing side."""
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    with contextlib.suppress(OSError):  # a smaller pipe only means more calls
+        fcntl.fcntl(write_end, _F_SETPIPE_SZ, _SPLICE_BYTES)
+    try:
+        while moved := os.splice(src.fileno(), write_end, _SPLICE_BYTES, flags=os.SPLICE_F_MOVE):
+            while moved:
+                moved -= os.splice(read_end, dst.fileno(), moved, flags=os.SPLICE_F_MOVE)
+    except OSError:
+        pass  # a reset, or the relay closed under it: the other side hears it as an end
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
+class _Relay:
+    """Two sockets joined: a thread per direction splices bytes from one to the other;
+    when both directions have ended, both sockets close."""
+
+    def __init__(self, relays: Relays, outside: socket.socket, inside: socket.socket) -> None:
         self._relays = relays
-        self.transport: asyncio.Transport | None = None
-        self.peer: _Pipe | None = None
+        self._sockets = (outside, inside)
+        self._lock = threading.Lock()
+        self._running = 2
+        self.threads = [
+            threading.Thread(target=self._run, args=(outside, inside), name="relay-in"),
+            threading.Thread(target=self._run, args=(inside, outside), name="relay-out"),
+        ]
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def start(self) -> None:
         self._relays.open.add(self)
+        for thread in self.threads:
+            thread.start()
 
-    def data_received(self, data: bytes) -> None:
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.write(data)
-
-    def eof_received(self) -> bool:
-        peer = self.peer.transport if self.peer is not None else None
-        if peer is not None and peer.can_write_eof() and not peer.is_closing():
-            peer.write_eof()
-            return True  # the other direction may still be talking
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
+    def _run(self, src: socket.socket, dst: socket.socket) -> None:
+        _pump(src, dst)
+        with self._lock:
+            self._running -= 1
+            if self._running:
+                return
+        for sock in self._sockets:
+            sock.close()
         self._relays.open.discard(self)
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.close()
 
-    def pause_writing(self) -> None:
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.resume_reading()
+    def stop(self) -> None:
+        """End both directions now (the guest is stopping)."""
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 @dataclass
 class Relays:
     """The relays one guest daemon has open and the connects it is making: closed with it."""
 
-    open: set[_Pipe]
+    open: set[_Relay]
     connecting: set[asyncio.Task[None]]
 
     @classmethod
@@ -147,21 +169,31 @@ class Relays:
         for task in self.connecting:
             task.cancel()
         await asyncio.gather(*self.connecting, return_exceptions=True)
-        for pipe in list(self.open):
-            if pipe.transport is not None:
-                pipe.transport.close()
+        relays = list(self.open)
+        for relay in relays:
+            relay.stop()
+        for relay in relays:
+            for thread in relay.threads:
+                await asyncio.to_thread(thread.join, 5.0)
 
 
-async def _connect_inside(relays: Relays, port: int) -> _Pipe:
-    """A connection to `port` on the sandbox's loopback, IPv4 first, then IPv6."""
+async def _connect_inside(port: int) -> socket.socket:
+    """A blocking socket connected to `port` on the sandbox's loopback, IPv4 first, then
+    IPv6 (where Node's dev servers often listen)."""
     loop = asyncio.get_running_loop()
     failures = []
-    for host in ("127.0.0.1", "::1"):
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
         try:
-            _, pipe = await loop.create_connection(lambda: _Pipe(relays), host, port)
-            return pipe
+            await loop.sock_connect(sock, (host, port))
         except OSError as exc:
+            sock.close()
             failures.append(f"{host}: {exc.strerror or exc}")
+            continue
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(True)
+        return sock
     raise PortClosed(f"nothing listens on port {port} inside this desktop ({'; '.join(failures)})")
 
 
@@ -201,21 +233,28 @@ def relay_protocol(check: SecretCheck | None, relays: Relays) -> type[HttpToolsP
                 found = _RELAY_PATH.match(self.url)
                 if found is None or not 0 < int(found[1]) < 65536:
                     raise InvalidRequest(f"no port to relay to in {self.url!r}: use /relay/PORT")
-                inside = await _connect_inside(relays, int(found[1]))
+                inside = await _connect_inside(int(found[1]))
             except CubicleError as exc:
                 outside.write(_refusal(exc))
                 outside.close()
                 return
             if outside.is_closing():  # the service gave up while the connect went on
-                if inside.transport is not None:
-                    inside.transport.close()
+                inside.close()
                 return
-            pipe = _Pipe(relays)
-            pipe.connection_made(outside)
-            pipe.peer, inside.peer = inside, pipe
-            outside.set_protocol(pipe)
-            outside.write(_SWITCHED)
-            outside.resume_reading()
+            # The connection leaves asyncio: a blocking copy of its socket goes to the
+            # relay's threads, and the transport lets go of its own (nothing is buffered:
+            # the service sends nothing before the 101).
+            raw = outside.get_extra_info("socket")
+            mine = socket.socket(fileno=os.dup(raw.fileno()))
+            outside.close()
+            mine.setblocking(True)
+            try:
+                mine.sendall(_SWITCHED)
+            except OSError:
+                mine.close()
+                inside.close()
+                return
+            _Relay(relays, mine, inside).start()
 
     return GuestHttp
 
