@@ -111,3 +111,11 @@ def test_the_agents_sdk_agent(service, fake_vendor):
     assert output.strip() == "The haiku is in the editor."
     second = fake_vendor.requests("responses")[1]
     assert [image.size for image in second.images()] == [(1280, 800)]
+
+
+def test_the_ports_snippet_opens_a_dev_server_and_drives_chromium(service, fake_vendor):
+    host, preview, heading = run_snippet("ports", service, fake_vendor).splitlines()
+    port = service.url.rsplit(":", 1)[1]
+    assert re.fullmatch(rf"3000-[0-9a-f]{{12}}\.cubicle\.localhost:{port}", host), host
+    assert preview.startswith(f"https://{host}/?cubicle_token=preview1.")
+    assert heading == "built by the agent"  # read by Playwright in the desktop's Chromium

@@ -7,7 +7,8 @@ keep-alive, streams both ways and speaks WebSocket.
 - `GET /stream`: one line, then waits for `GET /release`, then one more line (a proxy that
   held the answer back would never show the first line in time);
 - `GET /big?mb=N`: N MiB of a known pattern, with its length;
-- WebSocket `/ws`: every message back, with subprotocol `echo.v1` when offered.
+- WebSocket `/ws`: every message back, with subprotocol `echo.v1` when offered;
+  `/ws-refused` is refused (403).
 """
 
 import asyncio
@@ -26,6 +27,9 @@ async def app(scope, receive, send):
         return
     if scope["type"] == "websocket":
         await receive()
+        if scope["path"] == "/ws-refused":
+            await send({"type": "websocket.close", "code": 1008})  # uvicorn answers 403
+            return
         offered = scope.get("subprotocols") or []
         chosen = "echo.v1" if "echo.v1" in offered else None
         await send({"type": "websocket.accept", "subprotocol": chosen})

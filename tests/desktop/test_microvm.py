@@ -5,12 +5,14 @@ that set `BOTH_RUNTIMES`.)"""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
 import signal
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import create_desktop, start_service, stop_service, wait_until
@@ -361,3 +363,29 @@ def test_code_contexts_keep_state_in_a_vm(service, desktop):
         assert failed.error is not None and failed.error.name == "ZeroDivisionError"
     finally:
         d.close()
+
+
+def test_a_port_in_a_vm_answers_through_the_service(api, desktop, service):
+    """The guest in the VM relays a port over the same TCP link the service drives it by:
+    a 20 MiB file served inside arrives whole, by E2B's headers."""
+    run(
+        api,
+        desktop["id"],
+        "head -c 20971520 /dev/urandom > /tmp/blob && cd /tmp && "
+        "(setsid python3 -m http.server 8000 --bind 127.0.0.1 > /dev/null 2>&1 &)",
+    )
+    expected = run(api, desktop["id"], "sha256sum /tmp/blob").split()[0]
+
+    def listening() -> bool:
+        ports = api.get(f"/api/desktops/{desktop['id']}/ports", timeout=60).json()
+        return any(p["port"] == 8000 for p in ports)
+
+    wait_until(listening, 120, 0.5, "http.server inside the VM")
+    headers = {
+        "E2b-Sandbox-Id": desktop["id"],
+        "E2b-Sandbox-Port": "8000",
+        "X-Access-Token": service.token,
+    }
+    got = httpx.get(f"{service.url}/blob", headers=headers, timeout=300)
+    assert got.status_code == 200, got.text[:300]
+    assert hashlib.sha256(got.content).hexdigest() == expected

@@ -22,6 +22,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from playwright.sync_api import sync_playwright
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
 from tests.conftest import CHROMIUM_ARGS, create_desktop, wait_until
@@ -155,6 +156,18 @@ def test_websockets_echo_by_headers_and_by_host(inside, service):
     with ws_connect(named, sock=sock, additional_headers=token) as ws:
         ws.send("by host")
         assert ws.recv(timeout=10) == "by host"
+
+
+def test_a_websocket_the_program_refuses_is_refused_with_its_status(inside, service):
+    url = service.url.replace("http://", "ws://") + "/ws-refused"
+    with pytest.raises(InvalidStatus) as refused:
+        ws_connect(url, additional_headers=by_headers(service, inside["id"])).close()
+    assert refused.value.response.status_code == 403
+    closed = by_headers(service, inside["id"], port=8999)
+    with pytest.raises(InvalidStatus) as nothing:
+        ws_connect(url, additional_headers=closed).close()
+    assert nothing.value.response.status_code == 502
+    assert b"port_closed" in nothing.value.response.body
 
 
 def _ca(service) -> Path:
