@@ -51,6 +51,7 @@ def test_public_names_are_pinned():
         "Move",
         "NoNodeAvailable",
         "NotFound",
+        "NotSupported",
         "OffScreen",
         "PathNotAllowed",
         "PayloadTooLarge",

@@ -258,12 +258,15 @@ class AsyncDesktop:
         memory_mb: int | None = None,
         disk_mb: int | None = None,
         runtime: str | None = None,
+        networks: list[str] | None = None,
+        alias: str | None = None,
         base_url: str | None = None,
         token: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> AsyncDesktop:
-        """Start a new desktop; returns once it is drawn. `transport`: how requests reach
-        the service (httpx's), for a program that holds the service in process."""
+        """Start a new desktop; returns once it is drawn. `networks`: private networks to
+        join (`POST /api/networks`), where it answers to its id and `alias`. `transport`:
+        how requests reach the service (httpx's), for a program that holds it in process."""
         api = _Api(base_url, token, timeout_s=120, transport=transport)
         request = CreateDesktop(
             resolution=resolution,
@@ -272,6 +275,8 @@ class AsyncDesktop:
             memory_mb=memory_mb,
             disk_mb=disk_mb,
             runtime=runtime,
+            networks=networks or [],
+            alias=alias,
         )
         try:
             body = request.model_dump(exclude_none=True)

@@ -65,6 +65,12 @@ class OffScreen(InvalidRequest):
     code = "off_screen"
 
 
+class NotSupported(InvalidRequest):
+    """Valid, but not something this runtime or this host can do (and it says which can)."""
+
+    code = "not_supported"
+
+
 class UnknownKey(InvalidRequest):
     code = "unknown_key"
 

@@ -26,6 +26,35 @@ class NodeInfo(BaseModel):
     """The node's IP address."""
 
 
+NetworkName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")]
+"""A private network's name or a desktop's alias: a DNS label (lowercase, digits, '-')."""
+
+
+class CreateNetwork(BaseModel):
+    """Body of `POST /api/networks`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: NetworkName
+
+
+class NetworkMember(BaseModel):
+    id: str
+    """The desktop's id: also its name on the network."""
+    alias: str | None = None
+    address: str
+    """Its IPv4 address on the network."""
+
+
+class NetworkInfo(BaseModel):
+    """A private network: a switch only its desktops are plugged into."""
+
+    name: str
+    subnet: str
+    desktops: list[NetworkMember]
+    created_at: datetime
+
+
 class CreateDesktop(BaseModel):
     """Body of `POST /api/desktops`. Every field has a default."""
 
@@ -67,6 +96,11 @@ class CreateDesktop(BaseModel):
 
     snapshot: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     """Start from this snapshot (`POST /api/desktops/{id}/snapshot`); microvm only."""
+    networks: Annotated[list[NetworkName], Field(max_length=8)] = []
+    """Private networks to join (`POST /api/networks`): the desktops on one reach each
+    other by id or alias, on every port, and nothing else through it (local runtime)."""
+    alias: NetworkName | None = None
+    """Another name the desktop answers to on its networks."""
 
 
 class DesktopInfo(BaseModel):
@@ -92,6 +126,8 @@ class DesktopInfo(BaseModel):
     """The runtime the desktop runs in."""
     node: NodeInfo | None = None
     """The cluster node that holds it; absent for desktops on the service's own host."""
+    networks: list[str] = []
+    """The private networks it is on."""
     domain: str | None = None
     """Where its ports are reached through the service: port P of the desktop answers at
     `<P>-<id>.<domain>` (E2B's `get_host`), over HTTP or HTTPS."""

@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from cubicle.server import at_rest
-from cubicle.server.api import code, code_interpreter, desktops, pool, session
+from cubicle.server.api import code, code_interpreter, desktops, networks, pool, session
 from cubicle.server.api.auth import load_or_create_token, require_token
 from cubicle.server.api.errors import install as install_error_handlers
 from cubicle.server.api.openapi import install as install_openapi
@@ -101,6 +101,7 @@ def create_app(
     app.include_router(session.router)
     app.include_router(pool.router, dependencies=[Depends(require_token)])
     app.include_router(ports_api.router, dependencies=[Depends(require_token)])
+    app.include_router(networks.router, dependencies=[Depends(require_token)])
     for room in rooms:
         for router in room.routers:
             app.include_router(router)

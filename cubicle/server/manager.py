@@ -30,6 +30,7 @@ from cubicle.protocol.errors import (
     DesktopStarting,
     DiskFull,
     InvalidRequest,
+    NotSupported,
     SandboxStartError,
 )
 from cubicle.protocol.lanes import Lane, LaneName, desktop_lanes
@@ -47,6 +48,7 @@ from cubicle.protocol.service import (
 from cubicle.server.events import ActionsRan, DesktopEnded, Events
 from cubicle.server.guest_client import JSON, GuestClient
 from cubicle.server.heap import HeapTrim
+from cubicle.server.networks import Networks
 from cubicle.server.pool import DesktopKind, PoolHooks, WarmPool
 from cubicle.server.runtime import Found, Runtime, Sandbox, SandboxSpec, make_runtime
 from cubicle.server.settings import Settings
@@ -82,6 +84,8 @@ class _Desktop:
     """The guest's last `degraded` report: what broke inside and what it did about it."""
     lanes: dict[LaneName, Lane] = field(default_factory=desktop_lanes)
     """Bounded lines for the desktop's slow calls (`cubicle.protocol.lanes`)."""
+    networks: list[str] = field(default_factory=list)
+    """The private networks it joined."""
 
     def info(self, domain: str) -> DesktopInfo:
         expires = None
@@ -102,6 +106,7 @@ class _Desktop:
             from_pool=self.from_pool,
             runtime=self.runtime,
             node=self._node(),
+            networks=self.networks,
             domain=domain,
         )
 
@@ -135,6 +140,8 @@ class SandboxManager:
             ),
         )
         """Desktops booted before anyone asked, handed out by `create` (not listed)."""
+        self.networks = Networks(settings.data_dir, self.events)
+        """Private networks desktops join at create (`cubicle.server.networks`)."""
         self._reaper: asyncio.Task | None = None
         self._heap = HeapTrim()
         """Gives the heap a desktop's life left free back to the system once it ended."""
@@ -146,6 +153,7 @@ class SandboxManager:
         desktops an earlier service left running in it, and begin the reaper."""
         runtime = self.runtime(self.settings.runtime)
         if self._reaper is None:
+            await self.networks.start()
             for found in await runtime.recover():
                 await self._adopt(runtime.name, found)
             self._reaper = asyncio.create_task(self._reap_idle(), name="reap-idle-desktops")
@@ -168,6 +176,7 @@ class SandboxManager:
         )
         runtimes, self._runtimes = list(self._runtimes.values()), {}
         await asyncio.gather(*(runtime.close() for runtime in runtimes))
+        await self.networks.close()
         await self._heap.close()
 
     def runtime(self, name: str) -> Runtime:
@@ -245,6 +254,8 @@ class SandboxManager:
                 f"node labels choose a cluster node, and the {runtime} runtime has none: "
                 "use the ray runtime or leave out `node`"
             )
+        if request.networks or request.alias:
+            self._check_networks(runtime, request)
         running = self._running()
         if running >= self.settings.max_desktops:
             raise CapacityReached(
@@ -262,7 +273,32 @@ class SandboxManager:
                 del self._desktops[record.spec.id]
                 raise
         self.pool.refill()
+        if request.networks:
+            await self._join_networks(record, request)
         return record.info(self.settings.port_domain)
+
+    def _check_networks(self, runtime: str, request: CreateDesktop) -> None:
+        """Refuse networks a create cannot join, before anything starts."""
+        if request.alias and not request.networks:
+            raise InvalidRequest("an alias names a desktop on its networks: give `networks`")
+        if not self.runtime(runtime).joins_networks:
+            raise NotSupported(
+                f"the {runtime} runtime cannot join private networks yet: use the local "
+                "runtime for desktops that talk to each other"
+            )
+        self.networks.check_can_join(request.networks, request.alias)
+
+    async def _join_networks(self, record: _Desktop, request: CreateDesktop) -> None:
+        """Plug a ready desktop into its networks; a desktop that cannot join is ended."""
+        place = record.sandbox.network_namespace() if record.sandbox is not None else None
+        try:
+            if place is None:
+                raise NotSupported(f"desktop {record.spec.id} has no network namespace here")
+            await self.networks.join(record.spec.id, request.networks, request.alias, *place)
+        except BaseException as exc:
+            await self._end(record, "failed", f"could not join its networks: {exc}")
+            raise
+        record.networks = list(request.networks)
 
     async def _boot(self, record: _Desktop) -> None:
         """Start the record's sandbox and wait until its desktop is drawn."""

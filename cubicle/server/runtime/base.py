@@ -11,6 +11,7 @@ import abc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from cubicle.protocol.errors import Conflict
 from cubicle.protocol.models import GuestEvent
@@ -74,6 +75,12 @@ class Sandbox(abc.ABC):
     """Whether it outlives the service: the manager lets go of it when the service stops
     (a later service finds it again through `Runtime.recover`) instead of ending it."""
 
+    def network_namespace(self) -> tuple[int, Path] | None:
+        """A process whose network namespace is the sandbox's, on this host, and the file
+        the sandbox reads as /etc/hosts: what joining a private network needs
+        (`cubicle.server.networks`). None for runtimes whose sandboxes cannot join."""
+        return None
+
     def kept(self, timeout_s: int, created_at: datetime) -> None:  # noqa: B027
         """The manager's idle timeout for it from now on, in seconds (0: it waits in the
         warm pool), and when it was handed out. A detached sandbox keeps them, to stop by
@@ -106,6 +113,8 @@ class Runtime(abc.ABC):
     name: str
     places_on_nodes: bool = False
     """Whether it places sandboxes on a cluster's nodes, honouring `SandboxSpec.node_labels`."""
+    joins_networks: bool = False
+    """Whether its sandboxes can join private networks (`Sandbox.network_namespace`)."""
     disks_on_this_host: bool = True
     """Whether its desktops' disks are sparse files in this service's data directory (an
     upload then checks the host has room for it, not only the desktop's own disk)."""

@@ -92,6 +92,13 @@ class LocalSandbox(Sandbox):
         self.bwrap_pid = process.pid
         """The launcher exec'd its way to bwrap (`cubicle.server.runtime.bwrap`): same pid."""
         self.niced = spec.nice > 0 and priority.can_raise()
+        self.child_pid: int | None = None
+        """The sandbox's first process (bwrap's child), once bwrap said it."""
+
+    def network_namespace(self) -> tuple[int, Path] | None:
+        if self.child_pid is None:
+            return None
+        return self.child_pid, self.directory / "etc" / "hosts"
 
     async def events(self) -> AsyncIterator[GuestEvent]:
         while line := await self._status.readline():
@@ -160,6 +167,7 @@ class LocalRuntime(Runtime):
     """Starts desktops under bubblewrap on this host."""
 
     name = "local"
+    joins_networks = True
 
     def __init__(
         self, data_dir: Path, *, max_sandboxes: int = 64, hardening: Hardening | None = None
@@ -322,6 +330,7 @@ class LocalRuntime(Runtime):
             raise
         try:
             info = await asyncio.wait_for(asyncio.to_thread(_read_json, sandbox.info_fd), 10)
+            sandbox.child_pid = info.get("child-pid")
             if sandbox.niced:  # bwrap's --new-session made a session group at nice 0
                 await asyncio.to_thread(priority.lower_group, info["child-pid"], spec.nice)
             if spec.network:
