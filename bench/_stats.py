@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -23,6 +24,16 @@ class Summary:
     """Milliseconds."""
     max_ms: float
     """Milliseconds."""
+
+
+def timed(fn: Callable[[], object], n: int) -> list[float]:
+    """Seconds each of `n` calls of `fn` took."""
+    samples = []
+    for _ in range(n):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return samples
 
 
 def percentile(values: Sequence[float], q: int) -> float:

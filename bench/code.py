@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from bench._run import Options, Target, progress
 from bench._service import Service, desktop_pids, running_service
-from bench._stats import Summary, ratio, summarize
+from bench._stats import Summary, ratio, summarize, timed
 from cubicle.client.sdk import Desktop
 
 TARGET_P50_MS = 5.0
@@ -75,15 +75,6 @@ class _Rest:
         self._http.close()
 
 
-def _timed(fn, n: int) -> list[float]:
-    samples = []
-    for _ in range(n):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return samples
-
-
 def _pss_kb(pid: int) -> int:
     try:
         text = Path(f"/proc/{pid}/smaps_rollup").read_text()
@@ -108,9 +99,9 @@ def run(options: Options) -> CodeResult:
             progress(f"code: {n} warm runs each way")
             ours_rest, ours_sdk, exec_rest = [], [], []
             for _ in range(n):  # interleaved, so a busy moment falls on every way alike
-                ours_rest += _timed(lambda: rest.post("/code", {"code": "1+1"}), 1)
-                ours_sdk += _timed(lambda: sdk.run_code("1+1"), 1)
-                exec_rest += _timed(
+                ours_rest += timed(lambda: rest.post("/code", {"code": "1+1"}), 1)
+                ours_sdk += timed(lambda: sdk.run_code("1+1"), 1)
+                exec_rest += timed(
                     lambda: rest.post("/exec", {"command": ["python3", "-c", "print(1+1)"]}), 1
                 )
             progress("code: charts")
@@ -120,7 +111,7 @@ def run(options: Options) -> CodeResult:
                 run = sdk.run_code(_CHART)
                 png.append(len(next(r.png for r in run.results if r.png)))
 
-            charts = _timed(chart, n_slow)
+            charts = timed(chart, n_slow)
             progress("code: new contexts")
             before = set(desktop_pids(desktop.id))
             contexts = []
@@ -130,7 +121,7 @@ def run(options: Options) -> CodeResult:
                 contexts.append(context)
                 sdk.run_code("1+1", context=context)
 
-            firsts = _timed(first_run, n_slow)
+            firsts = timed(first_run, n_slow)
             time.sleep(1.0)
             fresh = set(desktop_pids(desktop.id)) - before
             pss_mb = sum(_pss_kb(pid) for pid in fresh) / 1024 / max(len(contexts), 1)

@@ -33,7 +33,7 @@ from websockets.sync.client import connect as ws_connect
 
 from bench._run import Options, Target, progress
 from bench._service import Service, running_service
-from bench._stats import Summary, summarize
+from bench._stats import Summary, summarize, timed
 
 APP = Path(__file__).resolve().parents[1] / "tests" / "desktop" / "port_app.py"
 INSIDE_PORT = 8000
@@ -125,15 +125,6 @@ def _start_inside(service: Service, desktop_id: str) -> None:
     raise RuntimeError("port_app did not start inside the desktop")
 
 
-def _timed(fn, n: int) -> list[float]:
-    samples = []
-    for _ in range(n):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return samples
-
-
 def _throughput(way: _Way, mb: int, runs: int) -> Throughput:
     speeds = sorted(round(mb / way.download(mb), 1) for _ in range(runs))
     return Throughput(mb_per_s=speeds[len(speeds) // 2], runs=speeds)
@@ -144,7 +135,7 @@ def _ws_echo(url: str, headers: dict[str, str], n: int) -> list[float]:
         for _ in range(10):
             ws.send("warm")
             ws.recv(timeout=10)
-        return _timed(lambda: (ws.send("ping"), ws.recv(timeout=10)), n)
+        return timed(lambda: (ws.send("ping"), ws.recv(timeout=10)), n)
 
 
 def _cdp(service: Service, desktop_id: str, n: int) -> list[float]:
@@ -200,7 +191,7 @@ def run(options: Options) -> PortsResult:
             samples: dict[str, list[float]] = {name: [] for name in ways}
             for _ in range(n):
                 for name, way in ways.items():
-                    samples[name] += _timed(lambda way=way: way.get("/"), 1)
+                    samples[name] += timed(lambda way=way: way.get("/"), 1)
             progress(f"ports: {runs} downloads of {mb} MiB each way")
             speeds = {name: _throughput(way, mb, runs) for name, way in ways.items()}
             for way in ways.values():

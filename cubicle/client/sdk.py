@@ -586,6 +586,10 @@ class AsyncDesktop:
         assert url is not None  # the answer that makes a link carries it
         return url
 
+    async def revoke_preview(self, link_id: str) -> None:
+        """Revoke a preview link by its id: later requests with it are refused."""
+        await self._call("DELETE", f"previews/{link_id}")
+
     async def set_port_public(self, port: int, public: bool = True) -> None:
         """Let anyone who reaches the service open `port` without a token (or stop)."""
         await self._call("PUT", f"ports/{port}", json=PortAccess(public=public).model_dump())
@@ -809,6 +813,7 @@ class Desktop:
     ports = _blocking(AsyncDesktop.ports)
     preview = _blocking(AsyncDesktop.preview)
     preview_url = _blocking(AsyncDesktop.preview_url)
+    revoke_preview = _blocking(AsyncDesktop.revoke_preview)
     set_port_public = _blocking(AsyncDesktop.set_port_public)
 
     def get_host(self, port: int) -> str:

@@ -154,6 +154,10 @@ class _Connection(asyncio.Protocol):
         else:
             self._transport.write(head)
             self._transport.write(body)
+        await self._drain(timeout_s)
+
+    async def _drain(self, timeout_s: float | None) -> None:
+        """Wait while the peer takes no more (the transport paused writing)."""
         if self._writable is not None:
             try:
                 async with asyncio.timeout(timeout_s):
@@ -168,13 +172,7 @@ class _Connection(asyncio.Protocol):
         if self.closed:
             raise self._error or Http1Error("the connection is closed")
         self._transport.write(data)
-        if self._writable is not None:
-            try:
-                async with asyncio.timeout(timeout_s):
-                    await self._writable
-            except TimeoutError:
-                self.close()
-                raise Http1Error(f"could not send within {timeout_s} s") from None
+        await self._drain(timeout_s)
 
     async def read_head(self, timeout_s: float | None) -> None:
         while not self.head_done:
@@ -230,8 +228,7 @@ class Pool:
                 await conn.send(head, body, timeouts.write)
                 await conn.read_head(timeouts.read)
         except BaseException:
-            conn.close()
-            self._open.discard(conn)
+            self._drop(conn)
             raise
         return conn
 
@@ -247,8 +244,7 @@ class Pool:
                 await conn.send_more(piece, timeouts.write)
             await conn.read_head(timeouts.read)
         except BaseException:
-            conn.close()
-            self._open.discard(conn)
+            self._drop(conn)
             raise
         return conn
 
@@ -281,12 +277,15 @@ class Pool:
         self._open.add(conn)
         return conn, False
 
+    def _drop(self, conn: _Connection) -> None:
+        conn.close()
+        self._open.discard(conn)
+
     def release(self, conn: _Connection) -> None:
         if conn.complete and conn.keep_alive and not conn.closed and len(self._idle) < _MAX_IDLE:
             self._idle.append(conn)
         else:
-            conn.close()
-            self._open.discard(conn)
+            self._drop(conn)
 
     async def aclose(self) -> None:
         for conn in self._open:

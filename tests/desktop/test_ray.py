@@ -186,6 +186,38 @@ def test_click_type_screenshot_and_exec_on_a_desktop_of_each_worker(cluster, sta
             )
 
 
+def test_a_port_of_a_desktop_on_each_worker_answers_through_the_service(cluster, state):
+    """The port relay rides the desktop's door like every other request: a server in a
+    desktop of each worker answers by E2B's headers. Private networks are refused clearly."""
+    service = state.service
+    with service.client() as api:
+        for worker in cluster.workers:
+            desktop_id = on_node(state.desktops, worker)[0]
+            base = f"/api/desktops/{desktop_id}"
+            serve = (
+                f"mkdir -p /tmp/w && echo {worker.node_id[:8]} > /tmp/w/index.html && cd /tmp/w "
+                "&& (setsid python3 -m http.server 8080 >/dev/null 2>&1 &)"
+            )
+            assert api.post(f"{base}/exec", json={"command": serve}).json()["exit_code"] == 0
+            wait_until(
+                lambda base=base: any(p["port"] == 8080 for p in api.get(f"{base}/ports").json()),
+                20,
+                0.2,
+                "http.server in the worker's desktop",
+            )
+            headers = {
+                "E2b-Sandbox-Id": desktop_id,
+                "E2b-Sandbox-Port": "8080",
+                "X-Access-Token": service.token,
+            }
+            answer = httpx.get(f"{service.url}/", headers=headers, timeout=30)
+            assert answer.status_code == 200 and answer.text.strip() == worker.node_id[:8]
+        assert api.post("/api/networks", json={"name": "ray-team"}).status_code == 201
+        refused = api.post("/api/desktops", json={"networks": ["ray-team"]})
+        assert refused.status_code == 422 and refused.json()["error"] == "not_supported"
+        assert api.delete("/api/networks/ray-team").status_code == 204
+
+
 def test_a_desktop_door_answers_nobody_without_the_desktop_secret(cluster, state):
     """The door listens on the node's address: without the desktop's own secret, or with
     another desktop's, a caller gets 401 and nothing else, and everything keeps working."""
