@@ -25,6 +25,8 @@ from cubicle.server._http1 import Http1Error, Pool, Timeouts, _Connection
 
 M = TypeVar("M", bound=BaseModel)
 JSON = "application/json"
+_RELAY_BUFFER = 4 << 20
+"""Receive buffer of a relay's socket (a port's answers arrive in larger reads)."""
 _MAX_RELAY_HEAD = 16 * 1024
 """Bytes of the guest's answer to a relay request before its end of head must show."""
 
@@ -233,6 +235,7 @@ class GuestClient:
             family, address = infos[0][0], infos[0][4]
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RELAY_BUFFER)
         if family != socket.AF_UNIX:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
