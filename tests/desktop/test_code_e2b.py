@@ -64,3 +64,18 @@ def test_contexts_answer_in_e2b_shapes(api, base):
         f"{base}/execute", json={"code": "1", "context_id": "python", "language": "python"}
     )
     assert both.status_code == 422 and "exclusive" in both.text
+
+
+def test_bash_and_javascript_contexts_answer_in_e2b_shapes(api, base):
+    """`language="bash"` and `"js"` keep their state between runs like Python's, and the
+    SDK reads their output, values and errors."""
+    _execute(api, base, code="export GREETING=hello; cd /tmp", language="bash")
+    shell = _execute(api, base, code="echo $GREETING from $(pwd)", language="bash")
+    assert shell.logs.stdout == ["hello from /tmp\n"], shell
+    failed = _execute(api, base, code="ls /no-such-dir", language="bash")
+    assert failed.error is not None and "No such file" in "".join(failed.logs.stderr), failed
+    _execute(api, base, code="let total = 40", language="js")
+    counted = _execute(api, base, code="console.log('adding'); total + 2", language="js")
+    assert counted.logs.stdout == ["adding\n"] and counted.text == "42", counted
+    thrown = _execute(api, base, code="throw new TypeError('no way')", language="javascript")
+    assert (thrown.error.name, thrown.error.value) == ("TypeError", "no way"), thrown
