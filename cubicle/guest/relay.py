@@ -185,7 +185,11 @@ async def _connect_inside(port: int) -> socket.socket:
     loop = asyncio.get_running_loop()
     failures = []
     for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as exc:  # no IPv6 in this sandbox
+            failures.append(f"{host}: {exc.strerror or exc}")
+            continue
         sock.setblocking(False)
         try:
             await loop.sock_connect(sock, (host, port))
@@ -238,6 +242,10 @@ def relay_protocol(check: SecretCheck | None, relays: Relays) -> type[HttpToolsP
                 inside = await _connect_inside(int(found[1]))
             except CubicleError as exc:
                 outside.write(_refusal(exc))
+                outside.close()
+                return
+            except Exception:
+                log.exception("relay to %r failed", self.url)
                 outside.close()
                 return
             if outside.is_closing():  # the service gave up while the connect went on
