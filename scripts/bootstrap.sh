@@ -9,9 +9,8 @@ mode=${1:-run}
 
 # The sandbox: bwrap, slirp4netns; a capped disk per desktop (mkfs.ext4; fuse2fs for a
 # service that is not root); the seccomp filter (libseccomp's Python binding).
-# Node.js: JavaScript code contexts in local desktops (they see this host's /usr).
 host_packages=(bubblewrap slirp4netns util-linux mount e2fsprogs fuse2fs fuse3 python3-seccomp
-               procps psmisc python3 python3-venv python3-dev gcc nodejs)
+               procps psmisc python3 python3-venv python3-dev gcc)
 # Tests and benchmarks; the cgroup v2 test boots Debian's cloud kernel under QEMU (below).
 test_packages=(xdotool scrot x11vnc novnc python3-tk busybox-static linux-image-cloud-amd64)
 # The microvm runtime (CUBICLE_RUNTIME=microvm, and the tests): QEMU, and what builds its image.

@@ -361,6 +361,7 @@ def test_code_contexts_keep_state_in_a_vm(service, desktop):
         assert len(pngs) == 1 and base64.b64decode(pngs[0])[:4] == b"\x89PNG"
         failed = d.run_code("1 / 0", timeout_s=120)
         assert failed.error is not None and failed.error.name == "ZeroDivisionError"
+        assert d.run_code("let n = 41; n + 1", language="js", timeout_s=240).text == "42"
     finally:
         d.close()
 
