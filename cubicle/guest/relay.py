@@ -43,6 +43,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from cubicle.protocol.errors import (
     AuthError,
+    Busy,
     CubicleError,
     InvalidRequest,
     PortClosed,
@@ -58,7 +59,12 @@ _SWITCHED = (
     b"HTTP/1.1 101 Switching Protocols\r\n"
     b"connection: upgrade\r\nupgrade: " + RELAY_UPGRADE + b"\r\n\r\n"
 )
-_REASONS = {401: b"Unauthorized", 422: b"Unprocessable Entity", 502: b"Bad Gateway"}
+_REASONS = {
+    401: b"Unauthorized",
+    422: b"Unprocessable Entity",
+    429: b"Too Many Requests",
+    502: b"Bad Gateway",
+}
 
 
 class SecretCheck:
@@ -97,6 +103,9 @@ class SecretCheck:
 _SPLICE_BYTES = 1 << 20
 """Bytes one splice(2) call may move: the pipe between the two sockets is made this big."""
 _F_SETPIPE_SZ = 1031
+MAX_RELAYS = 128
+"""Relays one guest keeps open at once (two threads each, counted against the desktop's
+process limit): past it, a new one is refused `busy` (429) until one closes."""
 _SOCKET_BUFFER = 4 << 20
 """Send buffer of the relay's socket toward the service (the kernel caps it at wmem_max)."""
 
@@ -162,6 +171,8 @@ class Relays:
 
     open: set[_Relay]
     connecting: set[asyncio.Task[None]]
+    dialling: int = 0
+    """Relays past the cap's check, still connecting inside: they count against it."""
 
     @classmethod
     def new(cls) -> Relays:
@@ -239,7 +250,16 @@ def relay_protocol(check: SecretCheck | None, relays: Relays) -> type[HttpToolsP
                 found = _RELAY_PATH.match(self.url)
                 if found is None or not 0 < int(found[1]) < 65536:
                     raise InvalidRequest(f"no port to relay to in {self.url!r}: use /relay/PORT")
-                inside = await _connect_inside(int(found[1]))
+                if len(relays.open) + relays.dialling >= MAX_RELAYS:
+                    raise Busy(
+                        f"this desktop has {MAX_RELAYS} connections to its ports open: "
+                        "close some, or retry in a moment"
+                    )
+                relays.dialling += 1
+                try:
+                    inside = await _connect_inside(int(found[1]))
+                finally:
+                    relays.dialling -= 1
             except CubicleError as exc:
                 outside.write(_refusal(exc))
                 outside.close()

@@ -7,6 +7,7 @@ service's interpreter); every request crosses the service and the desktop's gues
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -22,9 +23,11 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from playwright.sync_api import sync_playwright
+from websockets.asyncio.client import connect as ws_async_connect
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
+from cubicle.guest.relay import MAX_RELAYS
 from tests.conftest import CHROMIUM_ARGS, create_desktop, wait_until
 
 APP = Path(__file__).with_name("port_app.py")
@@ -302,6 +305,52 @@ def test_bad_addresses_answer_clearly(inside, service):
     missing = httpx.get(f"{service.url}/", headers={**headers, "E2b-Sandbox-Id": "nosuchdesktop"})
     assert missing.status_code == 404
     assert httpx.get(f"{service.url}/", headers=headers).status_code == 200  # still answering
+
+
+def test_a_flood_of_connections_is_refused_past_the_cap_and_nothing_else_suffers(
+    api, inside, service
+):
+    """More WebSockets than a guest relays at once: the ones past the cap are refused
+    `busy` (429), the desktop and the service keep answering, and once they close the port
+    opens again."""
+    url = service.url.replace("http://", "ws://") + "/ws"
+    headers = by_headers(service, inside["id"])
+
+    async def flood() -> list[object]:
+        async def one() -> object:
+            try:
+                return await ws_async_connect(url, additional_headers=headers, open_timeout=60)
+            except InvalidStatus as exc:
+                return exc.response.status_code
+
+        opened = await asyncio.gather(*(one() for _ in range(MAX_RELAYS + 20)))
+        assert (
+            api.post(f"/api/desktops/{inside['id']}/exec", json={"command": "true"}).json()[
+                "exit_code"
+            ]
+            == 0
+        )
+        assert api.get(f"/api/desktops/{inside['id']}/screenshot").status_code == 200
+        for ws in opened:
+            if not isinstance(ws, int):
+                await ws.close()
+        return opened
+
+    opened = asyncio.run(flood())
+    refused = [o for o in opened if isinstance(o, int)]
+    assert refused and set(refused) == {429}, refused
+    assert len(opened) - len(refused) >= MAX_RELAYS - 8  # the pool's idle ones count too
+    assert httpx.get(f"{service.url}/healthz").status_code == 200
+
+    def opens_again() -> bool:
+        try:
+            with ws_connect(url, additional_headers=headers) as ws:
+                ws.send("again")
+                return ws.recv(timeout=10) == "again"
+        except InvalidStatus:
+            return False
+
+    wait_until(opens_again, 15, 0.2, "a WebSocket to open once the flood closed")
 
 
 # --- Chromium's DevTools ---------------------------------------------------------------------
