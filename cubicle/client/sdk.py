@@ -56,6 +56,7 @@ from cubicle.protocol.service import (
     ActionLog,
     CdpEndpoint,
     CreateDesktop,
+    DesktopEgress,
     DesktopInfo,
     PortAccess,
     PortInfo,
@@ -260,6 +261,7 @@ class AsyncDesktop:
         runtime: str | None = None,
         networks: list[str] | None = None,
         alias: str | None = None,
+        egress: DesktopEgress | None = None,
         base_url: str | None = None,
         token: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -277,6 +279,7 @@ class AsyncDesktop:
             runtime=runtime,
             networks=networks or [],
             alias=alias,
+            egress=egress,
         )
         try:
             body = request.model_dump(exclude_none=True)
@@ -586,6 +589,16 @@ class AsyncDesktop:
         assert url is not None  # the answer that makes a link carries it
         return url
 
+    async def set_egress(
+        self, *, allow: list[str] | None = None, deny: list[str] | None = None
+    ) -> DesktopInfo:
+        """The desktop's own egress rules (CIDRs) from its next connection on: `allow`, when
+        given, is the only way out; `deny` wins over it. Both narrow the operator's policy;
+        no arguments clears them."""
+        rules = DesktopEgress(allow=allow or [], deny=deny or [])
+        self.info = await self._model(DesktopInfo, "PUT", "network", json=rules.model_dump())
+        return self.info
+
     async def revoke_preview(self, link_id: str) -> None:
         """Revoke a preview link by its id: later requests with it are refused."""
         await self._call("DELETE", f"previews/{link_id}")
@@ -814,6 +827,7 @@ class Desktop:
     preview = _blocking(AsyncDesktop.preview)
     preview_url = _blocking(AsyncDesktop.preview_url)
     revoke_preview = _blocking(AsyncDesktop.revoke_preview)
+    set_egress = _blocking(AsyncDesktop.set_egress)
     set_port_public = _blocking(AsyncDesktop.set_port_public)
 
     def get_host(self, port: int) -> str:

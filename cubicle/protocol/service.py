@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cubicle.protocol import actions as a
 from cubicle.protocol.models import Screen
@@ -55,6 +56,31 @@ class NetworkInfo(BaseModel):
     created_at: datetime
 
 
+def _cidr(text: str) -> str:
+    try:
+        return str(ipaddress.ip_network(text, strict=False))
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a CIDR: give addresses as CIDRs (203.0.113.7/32, "
+            "198.51.100.0/24); host names are not supported yet"
+        ) from None
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
+class DesktopEgress(BaseModel):
+    """A desktop's own egress rules, within the operator's policy: they narrow it, never
+    widen it (`PUT /api/desktops/{id}/network`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow: Annotated[list[Cidr], Field(max_length=64)] = []
+    """When not empty, the only destinations the desktop may reach (its DNS stays)."""
+    deny: Annotated[list[Cidr], Field(max_length=64)] = []
+    """Destinations the desktop may not reach, whatever `allow` says."""
+
+
 class CreateDesktop(BaseModel):
     """Body of `POST /api/desktops`. Every field has a default."""
 
@@ -101,6 +127,8 @@ class CreateDesktop(BaseModel):
     other by id or alias, on every port, and nothing else through it (local runtime)."""
     alias: NetworkName | None = None
     """Another name the desktop answers to on its networks."""
+    egress: DesktopEgress | None = None
+    """Its own egress rules (needs `network`; changeable while it runs)."""
 
 
 class DesktopInfo(BaseModel):
@@ -128,6 +156,8 @@ class DesktopInfo(BaseModel):
     """The cluster node that holds it; absent for desktops on the service's own host."""
     networks: list[str] = []
     """The private networks it is on."""
+    egress: DesktopEgress | None = None
+    """Its own egress rules, when it has some."""
     domain: str | None = None
     """Where its ports are reached through the service: port P of the desktop answers at
     `<P>-<id>.<domain>` (E2B's `get_host`), over HTTP or HTTPS."""

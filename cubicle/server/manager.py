@@ -39,6 +39,7 @@ from cubicle.protocol.routes import GuestPath
 from cubicle.protocol.service import (
     ActionSource,
     CreateDesktop,
+    DesktopEgress,
     DesktopInfo,
     DesktopStatus,
     NodeInfo,
@@ -86,6 +87,8 @@ class _Desktop:
     """Bounded lines for the desktop's slow calls (`cubicle.protocol.lanes`)."""
     networks: list[str] = field(default_factory=list)
     """The private networks it joined."""
+    egress: DesktopEgress | None = None
+    """Its own egress rules."""
 
     def info(self, domain: str) -> DesktopInfo:
         expires = None
@@ -107,6 +110,7 @@ class _Desktop:
             runtime=self.runtime,
             node=self._node(),
             networks=self.networks,
+            egress=self.egress,
             domain=domain,
         )
 
@@ -256,6 +260,8 @@ class SandboxManager:
             )
         if request.networks or request.alias:
             self._check_networks(runtime, request)
+        if request.egress is not None and not request.network:
+            raise InvalidRequest('egress rules rule a network: create it with "network": true')
         running = self._running()
         if running >= self.settings.max_desktops:
             raise CapacityReached(
@@ -275,6 +281,21 @@ class SandboxManager:
         self.pool.refill()
         if request.networks:
             await self._join_networks(record, request)
+        if request.egress is not None:
+            try:
+                self.set_egress(record.spec.id, request.egress)
+            except BaseException as exc:
+                await self._end(record, "failed", f"could not set its egress rules: {exc}")
+                raise
+        return record.info(self.settings.port_domain)
+
+    def set_egress(self, desktop_id: str, rules: DesktopEgress) -> DesktopInfo:
+        """The desktop's own egress rules from its next connection on."""
+        record = self._record(desktop_id)
+        if record.sandbox is None or record.status != "ready":
+            raise DesktopGone(f"desktop {desktop_id} is {record.status}")
+        record.sandbox.set_egress(tuple(rules.allow), tuple(rules.deny))
+        record.egress = rules if rules.allow or rules.deny else None
         return record.info(self.settings.port_domain)
 
     def _check_networks(self, runtime: str, request: CreateDesktop) -> None:

@@ -180,3 +180,38 @@ def _descends_from(pid: int, ancestor: int) -> bool:
         if pid <= 1:
             return False
     return False
+
+
+def test_a_desktops_own_egress_rules_narrow_the_policy_while_it_runs(world, inside_t, t_service):
+    """Rules given at create, changed while the desktop runs, and never wider than the
+    operator's: an allowlist of one address keeps the rest out, a deny list wins, an
+    allowed private address stays refused."""
+    api = _Via(inside_t, t_service[1])
+    target = {name: f"{address}:{PORT}" for name, address in WORLD_ADDRESSES.items()}
+    denied = create(api, network=True, egress={"deny": [f"{WORLD_ADDRESSES['internet']}/32"]})
+    assert denied["egress"]["deny"] == [f"{WORLD_ADDRESSES['internet']}/32"]
+
+    def verdict(*names: str) -> dict[str, str]:
+        found = probe(api, denied["id"], "connect", *(target[n] for n in names), timeout_s=90)
+        return {name: found[target[name]] for name in names}
+
+    first = verdict("internet", "allowed_by_operator")
+    assert first["internet"] != "connected" and first["allowed_by_operator"] == "connected"
+    only = {"allow": [f"{WORLD_ADDRESSES['internet']}/32", f"{WORLD_ADDRESSES['rfc1918']}/32"]}
+    changed = api.put(f"/api/desktops/{denied['id']}/network", json=only)
+    assert changed.status_code == 200, changed.text
+    second = verdict("internet", "allowed_by_operator", "rfc1918")
+    assert second["internet"] == "connected", second
+    assert second["allowed_by_operator"] != "connected", second  # outside its allowlist
+    assert second["rfc1918"] != "connected", second  # the operator's block wins
+    assert api.put(f"/api/desktops/{denied['id']}/network", json={}).json()["egress"] is None
+    assert verdict("allowed_by_operator")["allowed_by_operator"] == "connected"
+    # bad asks
+    assert api.post("/api/desktops", json={"egress": {"deny": ["10.0.0.0/8"]}}).status_code == 422
+    named = api.put(f"/api/desktops/{denied['id']}/network", json={"allow": ["example.com"]})
+    assert named.status_code == 422 and "host names" in named.text
+    offline = create(api)
+    assert api.put(f"/api/desktops/{offline['id']}/network", json={}).status_code == 409
+    still_answering(api, denied["id"], offline["id"])
+    for desktop in (denied, offline):
+        api.delete(f"/api/desktops/{desktop['id']}")

@@ -43,6 +43,7 @@ from cubicle.protocol.models import (
 from cubicle.protocol.routes import GuestPath, window_op_path
 from cubicle.protocol.service import (
     CreateDesktop,
+    DesktopEgress,
     DesktopInfo,
     SetTimeout,
     SnapshotInfo,
@@ -92,6 +93,14 @@ async def kill_desktop(desktop_id: str, manager: ManagerDep) -> Response:
 async def set_timeout(desktop_id: str, body: SetTimeout, manager: ManagerDep) -> DesktopInfo:
     """Set the idle timeout, counted from now."""
     return manager.extend(desktop_id, body.timeout_s)
+
+
+@router.put("/{desktop_id}/network")
+async def set_egress(desktop_id: str, body: DesktopEgress, manager: ManagerDep) -> DesktopInfo:
+    """The desktop's own egress rules (CIDRs), from its next connection on: `allow` (when
+    not empty, the only destinations) and `deny`, within the operator's policy, which they
+    narrow and never widen. `{}` clears them."""
+    return manager.set_egress(desktop_id, body)
 
 
 @router.post("/{desktop_id}/snapshot", status_code=201)

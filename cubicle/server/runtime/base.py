@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from cubicle.protocol.errors import Conflict
+from cubicle.protocol.errors import Conflict, NotSupported
 from cubicle.protocol.models import GuestEvent
 from cubicle.protocol.service import SnapshotInfo
 from cubicle.server.guest_client import GuestEndpoint
@@ -75,6 +75,13 @@ class Sandbox(abc.ABC):
     """Whether it outlives the service: the manager lets go of it when the service stops
     (a later service finds it again through `Runtime.recover`) instead of ending it."""
 
+    def set_egress(self, allow: tuple[str, ...], deny: tuple[str, ...]) -> None:
+        """The desktop's own egress rules (CIDRs) from its next connection on: they narrow
+        the operator's policy; `NotSupported` where the runtime cannot."""
+        raise NotSupported(
+            "this runtime has no per-desktop egress rules yet: use the local runtime"
+        )
+
     def network_namespace(self) -> tuple[int, Path] | None:
         """A process whose network namespace is the sandbox's, on this host, and the file
         the sandbox reads as /etc/hosts: what joining a private network needs
@@ -113,6 +120,8 @@ class Runtime(abc.ABC):
     name: str
     places_on_nodes: bool = False
     """Whether it places sandboxes on a cluster's nodes, honouring `SandboxSpec.node_labels`."""
+    desktop_egress: bool = False
+    """Whether its sandboxes take egress rules of their own (`Sandbox.set_egress`)."""
     joins_networks: bool = False
     """Whether its sandboxes can join private networks (`Sandbox.network_namespace`)."""
     disks_on_this_host: bool = True

@@ -108,6 +108,13 @@ class Policy:
     """The operator's extra refusals, over everything else (`CUBICLE_EGRESS_DENY`)."""
     blocked: tuple[Network, ...] = field(default_factory=lambda: _networks(BLOCKED))
     dns: set[Address] = field(default_factory=resolvers)
+    desktop_allow: tuple[Network, ...] = ()
+    """The desktop's own allowlist (empty: none): it narrows the policy, never widens it."""
+    desktop_deny: tuple[Network, ...] = ()
+    """The desktop's own refusals."""
+    rules_fd: int | None = None
+    """The desktop's rules file, which the service rewrites in place (`refresh`)."""
+    _rules_raw: bytes | None = None
     _own: set[Address] = field(default_factory=host_addresses)
     _own_at: float = field(default_factory=time.monotonic)
 
@@ -115,6 +122,22 @@ class Policy:
     def from_json(cls, text: str) -> Policy:
         data = json.loads(text)
         return cls(allow=_networks(data.get("allow", ())), deny=_networks(data.get("deny", ())))
+
+    def refresh(self) -> None:
+        """Read the desktop's rules again if the service rewrote them (a few bytes, read
+        at every watched call: cheaper than trusting a file's stamp to change)."""
+        if self.rules_fd is None:
+            return
+        raw = os.pread(self.rules_fd, 1 << 16, 0)
+        if raw == self._rules_raw:
+            return
+        try:
+            data = json.loads(raw or b"{}")
+            allow, deny = _networks(data.get("allow", ())), _networks(data.get("deny", ()))
+        except ValueError:
+            return  # caught mid-rewrite: the rules read last stay until it is whole
+        self._rules_raw = raw
+        self.desktop_allow, self.desktop_deny = allow, deny
 
     def own(self) -> set[Address]:
         """This host's addresses, read again every few seconds (they may change)."""
@@ -131,6 +154,15 @@ class Policy:
             )
             if embedded is not None:
                 return self.allows(embedded, port)
+        if not self._operator_allows(address, port):
+            return False
+        if port == 53 and address in self.dns:
+            return True  # the desktop's own rules leave it its name service
+        if any(address in net for net in self.desktop_deny):
+            return False
+        return not self.desktop_allow or any(address in net for net in self.desktop_allow)
+
+    def _operator_allows(self, address: Address, port: int) -> bool:
         if any(address in net for net in self.deny):
             return False
         if any(address in net for net in self.allow):
@@ -197,6 +229,7 @@ class Supervisor:
         """0 to let the call go on, else the errno it fails with."""
         if nr not in _SYSCALLS:
             return errno.EPERM
+        self.policy.refresh()
         for raw in self._destinations(pid, nr, args):
             family, address, port = parse_sockaddr(raw)
             if family in (socket.AF_UNSPEC, socket.AF_NETLINK) and address is None:
@@ -335,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cubicle.server.runtime.egress")
     parser.add_argument("--policy", default="{}", help="JSON: {allow: [cidr], deny: [cidr]}")
     parser.add_argument("--uid", type=int, default=None, help="run the command as this user")
+    parser.add_argument(
+        "--rules-fd", type=int, default=None, help="the desktop's own rules, reread as they change"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -343,6 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     libc = ctypes.CDLL(None)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     policy = Policy.from_json(args.policy)
+    if args.rules_fd is not None:
+        os.set_inheritable(args.rules_fd, False)  # slirp4netns must not get it
+        policy.rules_fd = args.rules_fd
+        policy.refresh()
     pid, listener = spawn(command, args.uid)
     if args.uid is not None:  # the supervisor needs no more than slirp's own user either
         _drop_to(args.uid)

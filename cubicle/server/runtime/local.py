@@ -32,7 +32,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from cubicle.protocol.errors import CapacityReached, InvalidRequest, SandboxStartError
+from cubicle.protocol.errors import (
+    CapacityReached,
+    Conflict,
+    InvalidRequest,
+    SandboxStartError,
+)
 from cubicle.protocol.models import GuestEvent
 from cubicle.server.guest_client import GuestEndpoint
 from cubicle.server.runtime import bwrap, cgroups, disk, priority, syscalls, users
@@ -94,6 +99,13 @@ class LocalSandbox(Sandbox):
         self.niced = spec.nice > 0 and priority.can_raise()
         self.child_pid: int | None = None
         """The sandbox's first process (bwrap's child), once bwrap said it."""
+
+    def set_egress(self, allow: tuple[str, ...], deny: tuple[str, ...]) -> None:
+        if self.network is None:
+            raise Conflict(
+                f'desktop {self.id} has no network to rule: create it with "network": true'
+            )
+        self.network.set_rules(allow, deny)
 
     def network_namespace(self) -> tuple[int, Path] | None:
         if self.child_pid is None:
@@ -168,6 +180,7 @@ class LocalRuntime(Runtime):
 
     name = "local"
     joins_networks = True
+    desktop_egress = True
 
     def __init__(
         self, data_dir: Path, *, max_sandboxes: int = 64, hardening: Hardening | None = None
@@ -336,7 +349,8 @@ class LocalRuntime(Runtime):
             if spec.network:
                 log_fd = os.open(directory / "sandbox.log", os.O_WRONLY | os.O_APPEND)
                 try:
-                    sandbox.network = UserNetwork(self.hardening.egress, log_fd)
+                    rules = directory / "egress-rules.json"
+                    sandbox.network = UserNetwork(self.hardening.egress, log_fd, rules)
                 finally:
                     os.close(log_fd)
                 await sandbox.network.start(sandbox.bwrap_pid, host_uid)

@@ -40,9 +40,11 @@ BUILT_IN = EgressRules()
 class UserNetwork:
     """slirp4netns for one sandbox, and the egress supervisor above it."""
 
-    def __init__(self, rules: EgressRules, log_fd: int) -> None:
+    def __init__(self, rules: EgressRules, log_fd: int, desktop_rules: Path) -> None:
         self._rules = rules
         self._log_fd = log_fd
+        self._desktop_rules = desktop_rules
+        """The desktop's own rules (`set_rules`), which the supervisor rereads as they change."""
         self._process: asyncio.subprocess.Process | None = None
 
     async def start(self, sandbox_pid: int, host_uid: int | None) -> None:
@@ -55,19 +57,24 @@ class UserNetwork:
             f"--userns-path=/proc/{sandbox_pid}/ns/user",
             "--netns-type=path", f"/proc/{sandbox_pid}/ns/net", "tap0",
         ]  # fmt: skip
+        if not self._desktop_rules.exists():
+            self.set_rules((), ())
+        rules_fd = os.open(self._desktop_rules, os.O_RDONLY | os.O_CLOEXEC)
         command = [sys.executable, "-I", str(EGRESS_SCRIPT), "--policy", self._rules.to_json()]
+        command += ["--rules-fd", str(rules_fd)]
         if host_uid is not None:
             command += ["--uid", str(host_uid)]
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *command, "--", *slirp,
-                pass_fds=(ready_w,),
+                pass_fds=(ready_w, rules_fd),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=self._log_fd,
                 stderr=self._log_fd,
             )  # fmt: skip
         finally:
             os.close(ready_w)
+            os.close(rules_fd)
         try:
             ready = await asyncio.wait_for(asyncio.to_thread(os.read, ready_r, 1), 10)
         except TimeoutError:
@@ -80,6 +87,18 @@ class UserNetwork:
                 "slirp4netns did not bring up the desktop's network (see sandbox.log; "
                 "is slirp4netns installed? scripts/bootstrap.sh installs it)"
             )
+
+    def set_rules(self, allow: tuple[str, ...], deny: tuple[str, ...]) -> None:
+        """The desktop's own rules from now on: the file is rewritten in place (the
+        supervisor holds it open), and its next decision reads them."""
+        text = json.dumps({"allow": list(allow), "deny": list(deny)})
+        data = text.encode()
+        fd = os.open(self._desktop_rules, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:  # written over, then cut: a read in between sees invalid JSON, never none
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
 
     async def stop(self) -> None:
         """End slirp4netns and its supervisor; idempotent."""
