@@ -37,7 +37,7 @@ def _scope(headers: dict[str, str], path: str = "/x", query: str = "", kind: str
         "path": path,
         "raw_path": path.encode(),
         "query_string": query.encode(),
-        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "headers": [(k.lower().encode(), v.encode("latin-1")) for k, v in headers.items()],
     }
 
 
@@ -76,6 +76,7 @@ def test_the_proxys_token_leaves_the_query_and_the_rest_stays():
         {"E2b-Sandbox-Id": "abc", "E2b-Sandbox-Port": "70000"},
         {"E2b-Sandbox-Id": "abc", "E2b-Sandbox-Port": "http"},
         {"Host": "0-abc.cubicle.localhost"},
+        {"E2b-Sandbox-Id": "abc", "E2b-Sandbox-Port": "8\u00ff"},
     ],
 )
 def test_a_malformed_address_is_a_422(headers):

@@ -144,7 +144,8 @@ class PortProxy:
         if sandbox is not None or port is not None:
             if sandbox is None or port is None:
                 raise InvalidRequest("E2b-Sandbox-Id and E2b-Sandbox-Port go together")
-            return Target(sandbox.decode("latin-1"), _port(port.decode()), "headers", path, token)
+            desktop_id, port_text = sandbox.decode("latin-1"), port.decode("latin-1")
+            return Target(desktop_id, _port(port_text), "headers", path, token)
         host = _header(scope, b"host")
         if host is not None and (found := self._host.match(host)):
             return Target(found[2].decode().lower(), _port(found[1].decode()), "host", path, token)
@@ -154,7 +155,8 @@ class PortProxy:
                 raise InvalidRequest("a port's WebSocket path is /ports/<desktop id>/<port>/...")
             inside = b"/" + (parts[4] if len(parts) > 4 else b"")
             path = inside + (b"?" + query if query else b"")
-            return Target(parts[2].decode(), _port(parts[3].decode()), "path", path, token)
+            desktop_id, port_text = parts[2].decode("latin-1"), parts[3].decode("latin-1")
+            return Target(desktop_id, _port(port_text), "path", path, token)
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
