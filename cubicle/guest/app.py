@@ -75,12 +75,10 @@ class RequireSecret:
         self._check = check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-            if not self._check.accepts(given):
-                refused = error_answer(AuthError("this desktop answers its runtime only"))
-                await refused(scope, receive, send)
-                return
+        if scope["type"] == "http" and not self._check.accepts(scope["headers"]):
+            refused = error_answer(AuthError("this desktop answers its runtime only"))
+            await refused(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 

@@ -147,7 +147,7 @@ async def serve(args: argparse.Namespace) -> int:
     check = None
     if secret is not None:
         check = SecretCheck(secret, Path(args.secret_file) if args.secret_file else None)
-    relays = Relays.new()
+    relays = Relays()
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(guest, check=check),

@@ -36,7 +36,7 @@ import os
 import re
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -94,7 +94,9 @@ class SecretCheck:
         self._expected = f"Bearer {secret}".encode()
         return bool(secret)
 
-    def accepts(self, authorization: bytes) -> bool:
+    def accepts(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        """Whether `headers` (lower-case names, as ASGI and uvicorn keep them) carry it."""
+        authorization = next((v for k, v in headers if k == b"authorization"), b"")
         if hmac.compare_digest(authorization, self._expected):
             return True
         return self._renewed() and hmac.compare_digest(authorization, self._expected)
@@ -169,14 +171,10 @@ class _Relay:
 class Relays:
     """The relays one guest daemon has open and the connects it is making: closed with it."""
 
-    open: set[_Relay]
-    connecting: set[asyncio.Task[None]]
+    open: set[_Relay] = field(default_factory=set)
+    connecting: set[asyncio.Task[None]] = field(default_factory=set)
     dialling: int = 0
     """Relays past the cap's check, still connecting inside: they count against it."""
-
-    @classmethod
-    def new(cls) -> Relays:
-        return cls(set(), set())
 
     async def close(self) -> None:
         for task in self.connecting:
@@ -244,8 +242,7 @@ def relay_protocol(check: SecretCheck | None, relays: Relays) -> type[HttpToolsP
         async def _relay(self) -> None:
             outside = self.transport
             try:
-                authorization = next((v for k, v in self.headers if k == b"authorization"), b"")
-                if check is not None and not check.accepts(authorization):
+                if check is not None and not check.accepts(self.headers):
                     raise AuthError("this desktop answers its runtime only")
                 found = _RELAY_PATH.match(self.url)
                 if found is None or not 0 < int(found[1]) < 65536:
