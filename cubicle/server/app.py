@@ -94,7 +94,7 @@ def create_app(
         limits.update(room.body_limits)
     app.add_middleware(Guard, limits=BodyLimits(settings.max_body_bytes, limits))
     # Outermost: a request for a desktop's port is carried there whole, whatever its size.
-    app.add_middleware(PortProxy, domain=settings.port_domain)
+    app.add_middleware(PortProxy, domain_name=settings.port_domain_name)
     app.include_router(desktops.router, dependencies=[Depends(require_token)])
     app.include_router(code.router, dependencies=[Depends(require_token)])
     app.include_router(code_interpreter.router, dependencies=[Depends(require_token)])

@@ -41,7 +41,7 @@ def _scope(headers: dict[str, str], path: str = "/x", query: str = "", kind: str
     }
 
 
-PROXY = PortProxy(app=None, domain="cubicle.localhost:8000")  # type: ignore[arg-type]
+PROXY = PortProxy(app=None, domain_name="cubicle.localhost")  # type: ignore[arg-type]
 
 
 def test_a_request_is_for_a_port_by_headers_or_host_or_websocket_path():
@@ -96,7 +96,7 @@ async def _hello(scope, receive, send):
 def guest_socket(tmp_path: Path) -> Iterator[Path]:
     """A guest-like HTTP server on a Unix socket, with the relay protocol and a secret."""
     path = tmp_path / "guest.sock"
-    relays = Relays.new()
+    relays = Relays()
     config = uvicorn.Config(
         _hello,
         uds=str(path),

@@ -127,11 +127,11 @@ def _split_query(query: bytes) -> tuple[bytes, str | None]:
 class PortProxy:
     """ASGI middleware: requests addressed to a desktop's port go there, others to `app`."""
 
-    def __init__(self, app: ASGIApp, domain: str) -> None:
+    def __init__(self, app: ASGIApp, domain_name: str) -> None:
+        """`domain_name`: the ports' domain without a port (`Settings.port_domain_name`)."""
         self.app = app
-        bare = domain.rsplit(":", 1)[0] if re.search(r":\d+$", domain) else domain
         self._host = re.compile(
-            rb"^(\d{1,5})-([a-z0-9]{1,63})\." + re.escape(bare.encode()) + rb"(?::\d+)?$",
+            rb"^(\d{1,5})-([a-z0-9]{1,63})\." + re.escape(domain_name.encode()) + rb"(?::\d+)?$",
             re.IGNORECASE,
         )
 
