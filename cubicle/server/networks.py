@@ -32,9 +32,6 @@ log = logging.getLogger("cubicle.networks")
 _SUPERNET = ipaddress.IPv4Network("10.213.0.0/16")
 """Where networks' /24 subnets come from."""
 MAX_NETWORKS = 250
-_INSIDE = "cubicle0"
-"""The interface a desktop gets in its own namespace for each network (one network: one
-name; later ones are `cubicle1`…)."""
 
 
 @dataclass
@@ -76,17 +73,21 @@ class NetworkError(Exception):
     """An `ip` command failed."""
 
 
-async def _ip(*args: str, stdin: str | None = None) -> None:
+async def _ip(*args: str, stdin: str | None = None, namespace: Path | None = None) -> str:
+    """Run `ip` (in the network namespace at `namespace`, if given); its output."""
+    command = ["ip", *args]
+    if namespace is not None:
+        command = ["nsenter", f"--net={namespace}", *command]
     process = await asyncio.create_subprocess_exec(
-        "ip",
-        *args,
+        *command,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, err = await process.communicate(stdin.encode() if stdin is not None else None)
+    out, err = await process.communicate(stdin.encode() if stdin is not None else None)
     if process.returncode != 0:
-        raise NetworkError(f"ip {' '.join(args)}: {err.decode(errors='replace').strip()}")
+        raise NetworkError(f"{' '.join(command)}: {err.decode(errors='replace').strip()}")
+    return out.decode()
 
 
 class Networks:
@@ -116,11 +117,11 @@ class Networks:
         self._networks.clear()
 
     async def _namespaces(self) -> list[str]:
-        process = await asyncio.create_subprocess_exec(
-            "ip", "netns", "list", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-        )
-        out, _ = await process.communicate()
-        names = [line.split()[0] for line in out.decode().splitlines() if line.strip()]
+        try:
+            listed = await _ip("netns", "list")
+        except NetworkError:
+            return []
+        names = [line.split()[0] for line in listed.splitlines() if line.strip()]
         return [name for name in names if name.startswith(self._prefix)]
 
     async def _delete_namespace(self, name: str) -> None:
@@ -209,11 +210,12 @@ class Networks:
                     "peer", "name", inside, "netns", str(pid),
                 )  # fmt: skip
                 await _ip("-n", network.namespace, "link", "set", outside, "master", "br0", "up")
-                await _in_namespace(
-                    namespace,
-                    f"addr add {address}/{network.subnet.prefixlen} dev {inside}\n"
+                await _ip(
+                    "-batch", "-",
+                    stdin=f"addr add {address}/{network.subnet.prefixlen} dev {inside}\n"
                     f"link set {inside} up\nlink set lo up\n",
-                )
+                    namespace=namespace,
+                )  # fmt: skip
                 network.members[desktop_id] = _Member(desktop_id, alias, address, hosts_file)
                 log.info("desktop %s joined network %s as %s", desktop_id, name, address)
             await self._write_hosts(names)
@@ -253,18 +255,6 @@ class Networks:
                 for m in network.members.values()
             ]
         await asyncio.to_thread(_rewrite_hosts, files)
-
-
-async def _in_namespace(namespace: Path, commands: str) -> None:
-    process = await asyncio.create_subprocess_exec(
-        "nsenter", f"--net={namespace}", "ip", "-batch", "-",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    _, err = await process.communicate(commands.encode())
-    if process.returncode != 0:
-        raise NetworkError(f"in {namespace}: {err.decode(errors='replace').strip()}")
 
 
 _MARK = "# cubicle networks\n"
