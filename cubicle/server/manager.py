@@ -260,8 +260,8 @@ class SandboxManager:
             )
         if request.networks or request.alias:
             self._check_networks(runtime, request)
-        if request.egress is not None and not request.network:
-            raise InvalidRequest('egress rules rule a network: create it with "network": true')
+        if request.egress is not None:
+            self._check_egress(runtime, request)
         running = self._running()
         if running >= self.settings.max_desktops:
             raise CapacityReached(
@@ -297,6 +297,15 @@ class SandboxManager:
         record.sandbox.set_egress(tuple(rules.allow), tuple(rules.deny))
         record.egress = rules if rules.allow or rules.deny else None
         return record.info(self.settings.port_domain)
+
+    def _check_egress(self, runtime: str, request: CreateDesktop) -> None:
+        """Refuse egress rules a create cannot apply, before anything starts."""
+        if not request.network:
+            raise InvalidRequest('egress rules rule a network: create it with "network": true')
+        if not self.runtime(runtime).desktop_egress:
+            raise NotSupported(
+                f"the {runtime} runtime has no per-desktop egress rules yet: use the local runtime"
+            )
 
     def _check_networks(self, runtime: str, request: CreateDesktop) -> None:
         """Refuse networks a create cannot join, before anything starts."""

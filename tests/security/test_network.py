@@ -208,6 +208,9 @@ def test_a_desktops_own_egress_rules_narrow_the_policy_while_it_runs(world, insi
     assert verdict("allowed_by_operator")["allowed_by_operator"] == "connected"
     # bad asks
     assert api.post("/api/desktops", json={"egress": {"deny": ["10.0.0.0/8"]}}).status_code == 422
+    elsewhere = {"network": True, "runtime": "microvm", "egress": {}}
+    refused = api.post("/api/desktops", json=elsewhere)  # before any VM boots
+    assert refused.status_code == 422 and refused.json()["error"] == "not_supported"
     named = api.put(f"/api/desktops/{denied['id']}/network", json={"allow": ["example.com"]})
     assert named.status_code == 422 and "host names" in named.text
     offline = create(api)
