@@ -4,6 +4,7 @@ them and the service (its desktop routes, manager and live view) that calls them
 from __future__ import annotations
 
 from enum import StrEnum
+from urllib.parse import quote
 
 
 class GuestPath(StrEnum):
@@ -45,5 +46,6 @@ def window_op_path(window_id: int | str, op: str) -> str:
 
 
 def context_path(path: GuestPath, context_id: str) -> str:
-    """The path of a `GuestPath.CONTEXT…` route for one code context."""
-    return path.format(context_id=context_id)
+    """The path of a `GuestPath.CONTEXT…` route for one code context (the id quoted: a
+    caller's id may hold anything, and an HTTP request line only ASCII)."""
+    return path.format(context_id=quote(context_id, safe=""))
