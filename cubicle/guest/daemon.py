@@ -89,7 +89,9 @@ class Listen:
         raise argparse.ArgumentTypeError(f"{text!r}: use unix:PATH or tcp:HOST:PORT")
 
 
-def _base_env(home: Path) -> dict[str, str]:
+def _base_env(home: Path, extra: list[str]) -> dict[str, str]:
+    """The desktop programs' environment: the session's own, then the runtime's `--env`
+    (a secret's placeholder, the trust bundle's variables)."""
     runtime_dir = Path(os.environ.get("XDG_RUNTIME_DIR", "/tmp/runtime-user"))
     runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     return {
@@ -102,7 +104,7 @@ def _base_env(home: Path) -> dict[str, str]:
         "TERM": "xterm-256color",
         "XDG_RUNTIME_DIR": str(runtime_dir),
         "CUBICLE_CHROMIUM_FLAGS": desktop_session.CHROMIUM_FLAGS,
-    }
+    } | dict(item.split("=", 1) for item in extra)
 
 
 def _read_secret(path: str | None) -> str | None:
@@ -119,7 +121,9 @@ async def serve(args: argparse.Namespace) -> int:
     status = StatusPipe(args.status_fd)
     secret = _read_secret(args.secret_file)
     home = Path(args.home)
-    session = desktop_session.start(args.width, args.height, _base_env(home), progress=status.stage)
+    session = desktop_session.start(
+        args.width, args.height, _base_env(home, args.env), progress=status.stage
+    )
     # Watch for the drawn desktop from now on, on a thread, while the heavy imports
     # (uvicorn, Starlette, mss, Pillow, PyAV) run here: XFCE is on the critical path of
     # every create, the HTTP stack is not.
@@ -229,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status-fd", type=int, default=None)
     parser.add_argument("--max-file-bytes", type=int, default=100 * 1024 * 1024)
     parser.add_argument("--ready-timeout", type=float, default=30.0)
+    parser.add_argument(
+        "--env", action="append", default=[], help="NAME=VALUE for the desktop's programs"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="guest %(levelname)s %(message)s")
     _undumpable()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -56,17 +57,60 @@ class NetworkInfo(BaseModel):
     created_at: datetime
 
 
-def _cidr(text: str) -> str:
+_HOST_NAME = re.compile(
+    r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+)
+
+
+def _host_pattern(text: str) -> str:
+    name = text.strip().lower().rstrip(".")
+    if len(name) > 253 or not _HOST_NAME.match(name):
+        raise ValueError(
+            f"{text!r} is not a host name: give names as api.example.com, or *.example.com "
+            "for every name under it"
+        )
+    return name
+
+
+def _host_name(text: str) -> str:
+    name = _host_pattern(text)
+    if name.startswith("*."):
+        raise ValueError(f"{text!r}: a host name here is one name, without '*'")
+    return name
+
+
+def _ip_address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise ValueError(f"{text!r} is not an IP address") from None
+
+
+def _destination(text: str) -> str:
     try:
         return str(ipaddress.ip_network(text, strict=False))
     except ValueError:
+        pass
+    try:
+        return _host_pattern(text)
+    except ValueError:
         raise ValueError(
-            f"{text!r} is not a CIDR: give addresses as CIDRs (203.0.113.7/32, "
-            "198.51.100.0/24); host names are not supported yet"
+            f"{text!r} is neither a CIDR (203.0.113.7/32, 198.51.100.0/24) nor a host name "
+            "(api.example.com, *.example.com)"
         ) from None
 
 
-Cidr = Annotated[str, AfterValidator(_cidr)]
+def is_cidr(destination: str) -> bool:
+    """Whether a validated egress destination is a CIDR (else it is a host name)."""
+    return "/" in destination
+
+
+Destination = Annotated[str, AfterValidator(_destination)]
+"""A CIDR or a host name (`*.example.com`: every name under example.com)."""
+HostPattern = Annotated[str, AfterValidator(_host_pattern)]
+"""A host name, or `*.example.com` for every name under example.com."""
+HostName = Annotated[str, AfterValidator(_host_name)]
+IpAddress = Annotated[str, AfterValidator(_ip_address)]
 
 
 class DesktopEgress(BaseModel):
@@ -75,10 +119,83 @@ class DesktopEgress(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    allow: Annotated[list[Cidr], Field(max_length=64)] = []
-    """When not empty, the only destinations the desktop may reach (its DNS stays)."""
-    deny: Annotated[list[Cidr], Field(max_length=64)] = []
+    allow: Annotated[list[Destination], Field(max_length=64)] = []
+    """When not empty, the only destinations the desktop may reach (its DNS stays): CIDRs,
+    and host names, which connections to ports 80 and 443 are judged by (TLS SNI, HTTP
+    Host) through the egress proxy."""
+    deny: Annotated[list[Destination], Field(max_length=64)] = []
     """Destinations the desktop may not reach, whatever `allow` says."""
+
+    def names(self) -> bool:
+        """Whether some rule is a host name (the egress proxy judges those)."""
+        return any(not is_cidr(rule) for rule in (*self.allow, *self.deny))
+
+
+SecretName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+PLACEHOLDER_PREFIX = "cubicle-secret:"
+"""What a desktop sees in place of a secret: `cubicle-secret:<name>`."""
+
+
+def placeholder(name: str) -> str:
+    return f"{PLACEHOLDER_PREFIX}{name}"
+
+
+def _format(text: str) -> str:
+    if text.count("{value}") != 1 or "\r" in text or "\n" in text:
+        raise ValueError('the format holds "{value}" once, on one line: "Bearer {value}"')
+    return text
+
+
+class CreateSecret(BaseModel):
+    """Body of `POST /api/secrets`: a value desktops use without ever holding it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: SecretName
+    value: Annotated[str, Field(min_length=1, max_length=8192, pattern=r"^[^\r\n\x00]*$")]
+    """Kept encrypted; never returned by the API, never inside a desktop."""
+    hosts: Annotated[list[HostPattern], Field(min_length=1, max_length=32)]
+    """The only hosts it is sent to (`*.example.com`: every name under example.com)."""
+    header: Annotated[str, Field(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")] = "Authorization"
+    """The request header the egress proxy sets when a request to one of `hosts` lacks it."""
+    format: Annotated[str, AfterValidator(_format), Field(max_length=256)] = "Bearer {value}"
+    """That header's value, `{value}` standing for the secret."""
+    env: EnvName | None = None
+    """The variable desktops see the placeholder in; the name in capitals when absent."""
+
+
+class SecretInfo(BaseModel):
+    """A secret as the API shows it: everything but its value."""
+
+    name: str
+    hosts: list[str]
+    header: str
+    format: str
+    env: str
+    placeholder: str
+    """What desktops see instead of the value, in `env`; the egress proxy puts the value
+    in its place in requests to `hosts`, and refuses requests carrying it elsewhere."""
+    created_at: datetime
+
+
+class EgressRefusal(BaseModel):
+    """A connection or request the egress proxy refused."""
+
+    at: datetime
+    host: str
+    """The name it asked for (TLS SNI, HTTP Host), else the address."""
+    port: int
+    reason: str
+
+
+class DesktopNetwork(BaseModel):
+    """`GET /api/desktops/{id}/network`: a desktop's egress rules, secrets and refusals."""
+
+    egress: DesktopEgress | None = None
+    secrets: list[str] = []
+    refused: list[EgressRefusal] = []
+    """The egress proxy's latest refusals, newest last (at most 100)."""
 
 
 class CreateDesktop(BaseModel):
@@ -129,6 +246,12 @@ class CreateDesktop(BaseModel):
     """Another name the desktop answers to on its networks."""
     egress: DesktopEgress | None = None
     """Its own egress rules (needs `network`; changeable while it runs)."""
+    secrets: Annotated[list[SecretName], Field(max_length=16)] = []
+    """Secrets (`POST /api/secrets`) its programs use through the egress proxy: each
+    desktop sees only a placeholder (needs `network`; local runtime)."""
+    hosts: Annotated[dict[HostName, IpAddress], Field(max_length=64)] = {}
+    """Extra lines of its /etc/hosts, `{"api.internal": "10.1.2.3"}`; the egress proxy
+    resolves these names the same way."""
 
 
 class DesktopInfo(BaseModel):

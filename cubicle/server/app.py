@@ -19,7 +19,15 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from cubicle.server import at_rest
-from cubicle.server.api import code, code_interpreter, desktops, networks, pool, session
+from cubicle.server.api import (
+    code,
+    code_interpreter,
+    desktops,
+    networks,
+    pool,
+    secrets,
+    session,
+)
 from cubicle.server.api.auth import load_or_create_token, require_token
 from cubicle.server.api.errors import install as install_error_handlers
 from cubicle.server.api.openapi import install as install_openapi
@@ -102,6 +110,7 @@ def create_app(
     app.include_router(pool.router, dependencies=[Depends(require_token)])
     app.include_router(ports_api.router, dependencies=[Depends(require_token)])
     app.include_router(networks.router, dependencies=[Depends(require_token)])
+    app.include_router(secrets.router, dependencies=[Depends(require_token)])
     for room in rooms:
         for router in room.routers:
             app.include_router(router)

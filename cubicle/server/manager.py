@@ -41,17 +41,21 @@ from cubicle.protocol.service import (
     CreateDesktop,
     DesktopEgress,
     DesktopInfo,
+    DesktopNetwork,
     DesktopStatus,
     NodeInfo,
     PoolInfo,
     SnapshotInfo,
+    is_cidr,
 )
 from cubicle.server.events import ActionsRan, DesktopEnded, Events
 from cubicle.server.guest_client import JSON, GuestClient
 from cubicle.server.heap import HeapTrim
 from cubicle.server.networks import Networks
+from cubicle.server.outbound import Outbound
 from cubicle.server.pool import DesktopKind, PoolHooks, WarmPool
 from cubicle.server.runtime import Found, Runtime, Sandbox, SandboxSpec, make_runtime
+from cubicle.server.runtime.base import SandboxEgress
 from cubicle.server.settings import Settings
 
 log = logging.getLogger("cubicle.manager")
@@ -89,6 +93,8 @@ class _Desktop:
     """The private networks it joined."""
     egress: DesktopEgress | None = None
     """Its own egress rules."""
+    secrets: list[str] = field(default_factory=list)
+    """The secrets it uses through the egress proxy."""
 
     def info(self, domain: str) -> DesktopInfo:
         expires = None
@@ -146,6 +152,8 @@ class SandboxManager:
         """Desktops booted before anyone asked, handed out by `create` (not listed)."""
         self.networks = Networks(settings.data_dir, self.events)
         """Private networks desktops join at create (`cubicle.server.networks`)."""
+        self.outbound = Outbound(settings)
+        """Secrets, and the egress proxy that uses them (`cubicle.server.outbound`)."""
         self._reaper: asyncio.Task | None = None
         self._heap = HeapTrim()
         """Gives the heap a desktop's life left free back to the system once it ended."""
@@ -181,6 +189,7 @@ class SandboxManager:
         runtimes, self._runtimes = list(self._runtimes.values()), {}
         await asyncio.gather(*(runtime.close() for runtime in runtimes))
         await self.networks.close()
+        await asyncio.to_thread(self.outbound.close)
         await self._heap.close()
 
     def runtime(self, name: str) -> Runtime:
@@ -229,6 +238,7 @@ class SandboxManager:
             max_file_bytes=self.settings.max_upload_bytes,
             node_labels=request.node_labels(),
             snapshot=request.snapshot,
+            hosts=tuple(request.hosts.items()),
         )
 
     def _running(self) -> int:
@@ -260,7 +270,7 @@ class SandboxManager:
             )
         if request.networks or request.alias:
             self._check_networks(runtime, request)
-        if request.egress is not None:
+        if request.egress is not None or request.secrets or request.hosts:
             self._check_egress(runtime, request)
         running = self._running()
         if running >= self.settings.max_desktops:
@@ -272,40 +282,88 @@ class SandboxManager:
         if record is None:
             await self.pool.make_room()
             record = _Desktop(self._spec(request), runtime, request.timeout_s)
+            record.secrets = list(request.secrets)
             self._desktops[record.spec.id] = record
             try:
+                if request.secrets:
+                    record.spec = self._with_secrets(record.spec, request)
                 await self._boot(record)
             except BaseException:
                 del self._desktops[record.spec.id]
+                self.outbound.proxy.unregister(record.spec.id)
                 raise
         self.pool.refill()
         if request.networks:
             await self._join_networks(record, request)
-        if request.egress is not None:
+        if request.egress is not None or request.secrets:
             try:
-                self.set_egress(record.spec.id, request.egress)
+                self.set_egress(record.spec.id, request.egress or DesktopEgress())
             except BaseException as exc:
                 await self._end(record, "failed", f"could not set its egress rules: {exc}")
                 raise
         return record.info(self.settings.port_domain)
 
+    def _with_secrets(self, spec: SandboxSpec, request: CreateDesktop) -> SandboxSpec:
+        """The spec of a desktop that uses secrets: their placeholders in its environment,
+        and its egress proxy's CA in its trust bundle."""
+        found = [self.outbound.secrets.get(name) for name in request.secrets]
+        tenant = self.outbound.proxy.register(
+            spec.id, request.egress, request.secrets, request.hosts
+        )
+        return dataclasses.replace(
+            spec,
+            env=tuple((secret.env, secret.placeholder) for secret in found),
+            trust_pem=tenant.trust_pem,
+        )
+
     def set_egress(self, desktop_id: str, rules: DesktopEgress) -> DesktopInfo:
-        """The desktop's own egress rules from its next connection on."""
+        """The desktop's own egress rules from its next connection on (rules by host name
+        and secrets through the egress proxy)."""
         record = self._record(desktop_id)
         if record.sandbox is None or record.status != "ready":
             raise DesktopGone(f"desktop {desktop_id} is {record.status}")
-        record.sandbox.set_egress(tuple(rules.allow), tuple(rules.deny))
+        proxy = self.outbound.proxy
+        tenant = proxy.tenant(desktop_id)
+        if tenant is not None:
+            proxy.update(desktop_id, rules)
+        elif rules.names():
+            tenant = proxy.register(desktop_id, rules, [], dict(record.spec.hosts))
+        record.sandbox.set_egress(
+            SandboxEgress(
+                allow=tuple(rule for rule in rules.allow if is_cidr(rule)),
+                deny=tuple(rule for rule in rules.deny if is_cidr(rule)),
+                restricted=bool(rules.allow),
+                proxy=(proxy.port, tenant.token) if tenant is not None else None,
+            )
+        )
         record.egress = rules if rules.allow or rules.deny else None
         return record.info(self.settings.port_domain)
 
+    def network(self, desktop_id: str) -> DesktopNetwork:
+        """A desktop's egress rules, secrets, and what its egress proxy refused lately."""
+        record = self._record(desktop_id)
+        tenant = self.outbound.proxy.tenant(desktop_id)
+        return DesktopNetwork(
+            egress=record.egress,
+            secrets=record.secrets,
+            refused=list(tenant.refused) if tenant is not None else [],
+        )
+
     def _check_egress(self, runtime: str, request: CreateDesktop) -> None:
-        """Refuse egress rules a create cannot apply, before anything starts."""
+        """Refuse egress rules, secrets or hosts a create cannot apply, before anything
+        starts."""
         if not request.network:
-            raise InvalidRequest('egress rules rule a network: create it with "network": true')
+            raise InvalidRequest(
+                'egress rules, secrets and hosts rule a network: create it with "network": true'
+            )
         if not self.runtime(runtime).desktop_egress:
             raise NotSupported(
-                f"the {runtime} runtime has no per-desktop egress rules yet: use the local runtime"
+                f"the {runtime} runtime has no per-desktop egress rules, secrets or hosts "
+                "yet: use the local runtime"
             )
+        for name in request.secrets:
+            if self.outbound.secrets.find(name) is None:
+                raise InvalidRequest(f"no secret {name!r}: make it with POST /api/secrets")
 
     def _check_networks(self, runtime: str, request: CreateDesktop) -> None:
         """Refuse networks a create cannot join, before anything starts."""
@@ -400,7 +458,7 @@ class SandboxManager:
 
     async def _take_warm(self, request: CreateDesktop) -> _Desktop | None:
         """A spare for this request (waiting for one being booted), or None."""
-        if request.node:  # spares are placed on any node
+        if request.node or request.secrets or request.hosts:  # spares are made alike
             return None
         record = await self.pool.take(request)
         if record is None:
@@ -451,6 +509,7 @@ class SandboxManager:
             await record.client.close(f"desktop {record.spec.id} is {status}: {reason}")
         if record.sandbox is not None:
             await record.sandbox.stop()
+        self.outbound.proxy.unregister(record.spec.id)
         self.events.emit(DesktopEnded(record.spec.id, status, reason))
         self._heap.soon()
         ended = [k for k, d in self._desktops.items() if d.status in ("failed", "stopped")]

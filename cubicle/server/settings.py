@@ -75,6 +75,12 @@ class Settings(BaseSettings):
     """Networks desktops with `network: true` may reach although the policy blocks them."""
     egress_deny: CidrList = ()
     """Networks desktops may never reach, over everything else."""
+    egress_ca_file: Path | None = None
+    """CAs (PEM) the egress proxy trusts besides the system's when it verifies the servers
+    desktops with secrets reach (a company's own CA)."""
+    secrets_key: str | None = None
+    """The key secrets are encrypted with (32 bytes, base64); absent, one made once in
+    `<data dir>/secrets/key`."""
     unsafe_no_limits: bool = False
     """Start desktops even where this host cannot enforce their limits (a loud warning)."""
     unsafe_no_hardening: bool = False

@@ -16,12 +16,20 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import secrets
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
+
+import httpx
+
+from cubicle.server.launcher import ServiceProcess, free_port
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
@@ -94,6 +102,14 @@ class Namespaces:
             stderr=subprocess.STDOUT,
         )
 
+    def run_in(self, ns: str, args: list[str]) -> subprocess.Popen:
+        """Run a Python script with `args` in namespace `ns`."""
+        return subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
 
 class NetnsThread:
     """Runs calls on one thread that lives in a network namespace."""
@@ -115,3 +131,62 @@ class NetnsThread:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _nsenter(namespace: str) -> list[str]:
+    return ["nsenter", f"--net=/run/netns/{namespace}", "--"]
+
+
+@contextlib.contextmanager
+def service_inside(
+    namespace: str, thread: NetnsThread, env: dict[str, str]
+) -> Iterator[tuple[ServiceProcess, httpx.Client]]:
+    """A service of its own inside `namespace`, with `env` on top of a test's defaults;
+    its client makes its calls on `thread` (which entered the namespace)."""
+    data_dir = Path(tempfile.mkdtemp(prefix="cubicle-netns-"))  # traversable, as /tmp is
+    token, port = secrets.token_urlsafe(16), free_port()
+    full_env = {
+        **os.environ,
+        "CUBICLE_DATA_DIR": str(data_dir),
+        "CUBICLE_TOKEN": token,
+        "CUBICLE_PORT": str(port),
+        "CUBICLE_WARM_POOL": "0",
+        **env,
+    }
+    with open(data_dir / "service.log", "ab") as log:
+        process = subprocess.Popen(
+            [*_nsenter(namespace), sys.executable, "-m", "cubicle.cli", "serve"],
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    service = ServiceProcess(f"http://127.0.0.1:{port}", token, data_dir, process)
+    client = thread.call(lambda: service.client())
+
+    def healthy() -> bool:
+        try:
+            return client.get("/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    deadline = time.monotonic() + 30
+    while not thread.call(healthy):
+        assert process.poll() is None and time.monotonic() < deadline, service.log_tail()
+        time.sleep(0.2)
+    try:
+        yield service, client
+    finally:
+        thread.call(client.close)
+        service.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+class Via:
+    """An httpx-like client whose calls run on the thread inside a namespace."""
+
+    def __init__(self, thread: NetnsThread, client: httpx.Client) -> None:
+        self._thread, self._client = thread, client
+
+    def __getattr__(self, name: str):
+        method = getattr(self._client, name)
+        return lambda *a, **k: self._thread.call(lambda: method(*a, **k))

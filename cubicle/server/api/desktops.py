@@ -45,6 +45,7 @@ from cubicle.protocol.service import (
     CreateDesktop,
     DesktopEgress,
     DesktopInfo,
+    DesktopNetwork,
     SetTimeout,
     SnapshotInfo,
     TakeSnapshot,
@@ -97,10 +98,18 @@ async def set_timeout(desktop_id: str, body: SetTimeout, manager: ManagerDep) ->
 
 @router.put("/{desktop_id}/network")
 async def set_egress(desktop_id: str, body: DesktopEgress, manager: ManagerDep) -> DesktopInfo:
-    """The desktop's own egress rules (CIDRs), from its next connection on: `allow` (when
-    not empty, the only destinations) and `deny`, within the operator's policy, which they
-    narrow and never widen. `{}` clears them."""
+    """The desktop's own egress rules, from its next connection on: `allow` (when not
+    empty, the only destinations) and `deny`, CIDRs and host names (judged by TLS SNI and
+    HTTP Host on ports 80 and 443), within the operator's policy, which they narrow and
+    never widen. `{}` clears them."""
     return manager.set_egress(desktop_id, body)
+
+
+@router.get("/{desktop_id}/network")
+async def get_network(desktop_id: str, manager: ManagerDep) -> DesktopNetwork:
+    """The desktop's egress rules, the secrets it uses, and what its egress proxy refused
+    lately (newest last)."""
+    return manager.network(desktop_id)
 
 
 @router.post("/{desktop_id}/snapshot", status_code=201)

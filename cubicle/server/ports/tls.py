@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.sslproto
-import datetime as dt
 import functools
-import ipaddress
 import os
 import ssl
 from dataclasses import dataclass
@@ -27,15 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from cubicle.server import certs
 
 _TLS_HANDSHAKE = 0x16
 """The first byte of a TLS record carrying a handshake: a ClientHello opens with it."""
 _HANDSHAKE_TIMEOUT_S = 10.0
-_LEAF_DAYS = 90
-_CA_DAYS = 3650
 
 
 @dataclass(frozen=True)
@@ -58,14 +55,15 @@ class LocalCA:
             ca_cert = x509.load_pem_x509_certificate(ca_pem.read_bytes())
             ca_key = serialization.load_pem_private_key(ca_key_pem.read_bytes(), None)
         else:
-            ca_cert, ca_key = _new_ca()
-            _write_private(ca_key_pem, _key_bytes(ca_key))
+            ca_cert, ca_key = certs.new_ca(f"Cubicle local CA {os.uname().nodename}")
+            certs.write_private(ca_key_pem, certs.key_bytes(ca_key))
             ca_pem.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
         assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-        cert, key = _issue(ca_cert, ca_key, domain, hosts)
+        names = [f"*.{domain}", domain, "localhost", "127.0.0.1", "::1", *hosts]
+        cert, key = certs.issue(ca_cert, ca_key, names)
         cert_pem, key_pem = directory / "service.pem", directory / "service-key.pem"
         chain = cert.public_bytes(serialization.Encoding.PEM) + ca_pem.read_bytes()
-        _write_private(key_pem, _key_bytes(key))
+        certs.write_private(key_pem, certs.key_bytes(key))
         cert_pem.write_bytes(chain)
         return cls(directory, ca_pem, cert_pem, key_pem)
 
@@ -75,97 +73,6 @@ class LocalCA:
         context.load_cert_chain(self.cert_pem, self.key_pem)
         context.set_alpn_protocols(["http/1.1"])
         return context
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        file.write(data)
-
-
-def _key_bytes(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _new_ca() -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Cubicle"),
-            x509.NameAttribute(NameOID.COMMON_NAME, f"Cubicle local CA {os.uname().nodename}"),
-        ]
-    )
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=_CA_DAYS))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return cert, key
-
-
-def _issue(
-    ca_cert: x509.Certificate,
-    ca_key: ec.EllipticCurvePrivateKey,
-    domain: str,
-    hosts: tuple[str, ...],
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = [
-        x509.DNSName(f"*.{domain}"),
-        x509.DNSName(domain),
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        x509.IPAddress(ipaddress.ip_address("::1")),
-    ]
-    for host in hosts:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            names.append(x509.DNSName(host))
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"*.{domain}")]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=_LEAF_DAYS))
-        .add_extension(x509.SubjectAlternativeName(list(dict.fromkeys(names))), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    return cert, key
 
 
 def tls_or_plain(http_protocol: type[asyncio.Protocol], context: ssl.SSLContext) -> type:

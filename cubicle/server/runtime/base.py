@@ -8,6 +8,7 @@ picks one with `CUBICLE_RUNTIME` (or per desktop, `"runtime"` at create).
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,6 +52,12 @@ class SandboxSpec:
     a cluster's nodes honour them)."""
     snapshot: str | None = None
     """Start from this named snapshot instead of a fresh desktop (runtimes that have them)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Variables every program in the desktop gets (a secret's placeholder)."""
+    hosts: tuple[tuple[str, str], ...] = ()
+    """Host names and the addresses the desktop's /etc/hosts gives them."""
+    trust_pem: bytes | None = None
+    """A certificate authority the desktop trusts besides the system's (its egress proxy's)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,32 @@ class NodePlace:
     """The cluster's id of the node."""
     address: str
     """The node's IP address."""
+
+
+@dataclass(frozen=True)
+class SandboxEgress:
+    """A desktop's own egress rules as its runtime applies them."""
+
+    allow: tuple[str, ...] = ()
+    """CIDRs: when `restricted`, the only addresses reached other than through the proxy."""
+    deny: tuple[str, ...] = ()
+    """CIDRs never reached."""
+    restricted: bool = False
+    """The desktop has an allowlist (CIDRs, host names or both)."""
+    proxy: tuple[int, str] | None = None
+    """The egress proxy that carries its connections to ports 80 and 443, and the
+    desktop's token with it (`cubicle.server.outbound`): port on this host's loopback."""
+
+    def to_json(self) -> str:
+        proxy = {"port": self.proxy[0], "token": self.proxy[1]} if self.proxy else None
+        return json.dumps(
+            {
+                "allow": list(self.allow),
+                "deny": list(self.deny),
+                "restricted": self.restricted,
+                "proxy": proxy,
+            }
+        )
 
 
 class Sandbox(abc.ABC):
@@ -75,9 +108,9 @@ class Sandbox(abc.ABC):
     """Whether it outlives the service: the manager lets go of it when the service stops
     (a later service finds it again through `Runtime.recover`) instead of ending it."""
 
-    def set_egress(self, allow: tuple[str, ...], deny: tuple[str, ...]) -> None:
-        """The desktop's own egress rules (CIDRs) from its next connection on: they narrow
-        the operator's policy; `NotSupported` where the runtime cannot."""
+    def set_egress(self, rules: SandboxEgress) -> None:
+        """The desktop's own egress rules from its next connection on: they narrow the
+        operator's policy; `NotSupported` where the runtime cannot."""
         raise NotSupported(
             "this runtime has no per-desktop egress rules yet: use the local runtime"
         )

@@ -13,10 +13,14 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cubicle
 from cubicle.protocol.errors import SandboxStartError
 from cubicle.server.runtime import priority
+
+if TYPE_CHECKING:
+    from cubicle.server.runtime.base import SandboxSpec
 
 GUEST_UID = 1000
 """The user id a desktop's programs have inside the sandbox."""
@@ -147,6 +151,7 @@ def bwrap_argv(
     seccomp_fd: int | None,
     etc: dict[str, Path],
     secret: bool = False,
+    env: dict[str, str] | None = None,
     hardened: bool = True,
 ) -> list[str]:
     """bwrap's arguments; `hardened=False` only to measure what the hardening costs."""
@@ -199,6 +204,7 @@ def bwrap_argv(
     ]
     if secret:
         argv.append(f"--secret-file={GUEST_SECRET}")
+    argv += [f"--env={name}={value}" for name, value in (env or {}).items()]
     return argv
 
 
@@ -222,8 +228,33 @@ def launcher_argv(
     return [*niced, *join_cgroup, "prlimit", *rlimits, "--", *run_as, *own_net, *bwrap]
 
 
-def etc_files(directory: Path, spec_id: str, network: bool) -> dict[str, Path]:
-    """The files of /etc the sandbox gets its own copy of (users, host names, DNS)."""
+TRUST_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+"""Debian's bundle of trusted CAs: OpenSSL's, curl's and (by the environment) Python's,
+Node's and requests' default."""
+
+
+def desktop_env(spec: SandboxSpec) -> dict[str, str]:
+    """The variables the desktop's programs get from its spec: its own, and with an extra
+    CA the variables that make Python's, requests' and Node's clients read the bundle."""
+    env = dict(spec.env)
+    if spec.trust_pem is not None:
+        env |= {
+            "SSL_CERT_FILE": TRUST_BUNDLE,
+            "REQUESTS_CA_BUNDLE": TRUST_BUNDLE,
+            "NODE_EXTRA_CA_CERTS": TRUST_BUNDLE,
+        }
+    return env
+
+
+def etc_files(
+    directory: Path,
+    spec_id: str,
+    network: bool,
+    hosts: tuple[tuple[str, str], ...] = (),
+    trust_pem: bytes | None = None,
+) -> dict[str, Path]:
+    """The files of /etc the sandbox gets its own copy of (users, host names, DNS, and
+    with `trust_pem` the CA bundle with that CA added)."""
     etc = directory / "etc"
     etc.mkdir()
     etc.chmod(0o755)
@@ -232,14 +263,22 @@ def etc_files(directory: Path, spec_id: str, network: bool) -> dict[str, Path]:
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
         "group": f"user:x:{GUEST_UID}:\nnogroup:x:65534:\n",
         "hostname": f"cubicle-{spec_id}\n",
-        "hosts": f"127.0.0.1 localhost cubicle-{spec_id}\n::1 localhost\n",
+        "hosts": f"127.0.0.1 localhost cubicle-{spec_id}\n::1 localhost\n"
+        + "".join(f"{address} {name}\n" for name, address in hosts),
         "machine-id": os.urandom(16).hex() + "\n",
         "resolv.conf": "nameserver 10.0.2.3\n" if network else "",
     }
     for name, text in files.items():
         (etc / name).write_text(text)
         (etc / name).chmod(0o644)
-    return {f"/etc/{name}": etc / name for name in files}
+    made = {f"/etc/{name}": etc / name for name in files}
+    if trust_pem is not None:
+        bundle = etc / "ca-certificates.crt"
+        system = Path(TRUST_BUNDLE)
+        bundle.write_bytes((system.read_bytes() if system.is_file() else b"") + trust_pem)
+        bundle.chmod(0o644)
+        made[TRUST_BUNDLE] = bundle
+    return made
 
 
 def guest_env() -> dict[str, str]:

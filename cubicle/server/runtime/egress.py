@@ -9,6 +9,14 @@ addresses, loopback, private ranges (RFC 1918, CGNAT, ULA), link-local (cloud me
 multicast and reserved blocks, except the host's DNS resolvers on port 53 (slirp forwards
 the desktop's DNS there), with the operator's allow and deny lists on top.
 
+A desktop with rules by host name or with secrets has an egress proxy (the service's
+`cubicle.server.outbound`): its rules file names the proxy's port and the desktop's token,
+and every TCP connection slirp4netns opens to port 80 or 443 is made to the proxy instead.
+The supervisor connects to the proxy, writes one line (`CUBICLE-EGRESS <token> <address>
+<port>`), and puts that socket in place of slirp's (`SECCOMP_IOCTL_NOTIF_ADDFD`): the proxy
+decides by the name the connection carries (TLS SNI, the HTTP Host header). UDP to port 443
+(QUIC) is refused then, so browsers fall back to TCP through the proxy.
+
 slirp4netns may not start threads or touch another process's memory (the filter refuses
 `clone` with `CLONE_VM`, `clone3`, `ptrace`, `process_vm_*`, io_uring), so the address it
 asked for cannot change between the check and the call. If this process dies, the kernel
@@ -52,12 +60,15 @@ _SYSCALLS = {42: "connect", 44: "sendto", 46: "sendmsg", 307: "sendmmsg"}
 """x86-64 numbers of the calls the filter hands over."""
 _NOTIF_SIZE, _RESP_FMT = 80, "<QqiI"
 _IOCTL_RECV, _IOCTL_SEND, _IOCTL_ID_VALID = 0xC0502100, 0xC0182101, 0x40082102
+_IOCTL_ADDFD, _ADDFD_SETFD = 0x40182103, 1
 _FLAG_CONTINUE = 1
+PROXIED_PORTS = (80, 443)
+"""TCP ports whose connections go through the egress proxy when the desktop has one."""
 _CLONE_VM = 0x00000100
 _PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG = 38, 1
 
 
-def _networks(texts) -> tuple[Network, ...]:
+def parse_networks(texts) -> tuple[Network, ...]:
     return tuple(ipaddress.ip_network(text, strict=False) for text in texts)
 
 
@@ -106,12 +117,17 @@ class Policy:
     """The operator's exceptions to the blocked ranges (`CUBICLE_EGRESS_ALLOW`)."""
     deny: tuple[Network, ...] = ()
     """The operator's extra refusals, over everything else (`CUBICLE_EGRESS_DENY`)."""
-    blocked: tuple[Network, ...] = field(default_factory=lambda: _networks(BLOCKED))
+    blocked: tuple[Network, ...] = field(default_factory=lambda: parse_networks(BLOCKED))
     dns: set[Address] = field(default_factory=resolvers)
     desktop_allow: tuple[Network, ...] = ()
     """The desktop's own allowlist (empty: none): it narrows the policy, never widens it."""
     desktop_deny: tuple[Network, ...] = ()
     """The desktop's own refusals."""
+    restricted: bool = False
+    """The desktop has an allowlist (maybe of host names only, which the proxy judges):
+    what the proxy does not carry must match `desktop_allow`."""
+    proxy: tuple[int, str] | None = None
+    """The egress proxy's port on this host's loopback and the desktop's token with it."""
     rules_fd: int | None = None
     """The desktop's rules file, which the service rewrites in place (`refresh`)."""
     _rules_raw: bytes | None = None
@@ -121,7 +137,9 @@ class Policy:
     @classmethod
     def from_json(cls, text: str) -> Policy:
         data = json.loads(text)
-        return cls(allow=_networks(data.get("allow", ())), deny=_networks(data.get("deny", ())))
+        return cls(
+            allow=parse_networks(data.get("allow", ())), deny=parse_networks(data.get("deny", ()))
+        )
 
     def refresh(self) -> None:
         """Read the desktop's rules again if the service rewrote them (a few bytes, read
@@ -133,11 +151,18 @@ class Policy:
             return
         try:
             data = json.loads(raw or b"{}")
-            allow, deny = _networks(data.get("allow", ())), _networks(data.get("deny", ()))
-        except ValueError:
+            allow, deny = (
+                parse_networks(data.get("allow", ())),
+                parse_networks(data.get("deny", ())),
+            )
+            proxy = data.get("proxy")
+            proxy = (int(proxy["port"]), str(proxy["token"])) if proxy else None
+        except (ValueError, KeyError, TypeError):
             return  # caught mid-rewrite: the rules read last stay until it is whole
         self._rules_raw = raw
         self.desktop_allow, self.desktop_deny = allow, deny
+        self.restricted = bool(data.get("restricted"))
+        self.proxy = proxy
 
     def own(self) -> set[Address]:
         """This host's addresses, read again every few seconds (they may change)."""
@@ -154,15 +179,17 @@ class Policy:
             )
             if embedded is not None:
                 return self.allows(embedded, port)
-        if not self._operator_allows(address, port):
+        if not self.operator_allows(address, port):
             return False
         if port == 53 and address in self.dns:
             return True  # the desktop's own rules leave it its name service
         if any(address in net for net in self.desktop_deny):
             return False
-        return not self.desktop_allow or any(address in net for net in self.desktop_allow)
+        if not (self.restricted or self.desktop_allow):
+            return True
+        return any(address in net for net in self.desktop_allow)
 
-    def _operator_allows(self, address: Address, port: int) -> bool:
+    def operator_allows(self, address: Address, port: int) -> bool:
         if any(address in net for net in self.deny):
             return False
         if any(address in net for net in self.allow):
@@ -225,8 +252,9 @@ class Supervisor:
                 found.append(self._read(pid, pointer, min(length, 128)))
         return found
 
-    def decide(self, pid: int, nr: int, args: tuple[int, ...]) -> int:
-        """0 to let the call go on, else the errno it fails with."""
+    def decide(self, pid: int, nr: int, args: tuple[int, ...]) -> int | socket.socket:
+        """0 to let the call go on, the errno it fails with, or (a connection the egress
+        proxy carries) the socket to put in place of the caller's."""
         if nr not in _SYSCALLS:
             return errno.EPERM
         self.policy.refresh()
@@ -234,11 +262,29 @@ class Supervisor:
             family, address, port = parse_sockaddr(raw)
             if family in (socket.AF_UNSPEC, socket.AF_NETLINK) and address is None:
                 continue  # a disconnect, or configuring the desktop's own interface
+            if address is not None and self.policy.proxy and port in PROXIED_PORTS:
+                if _SYSCALLS[nr] == "connect":  # slirp connects only TCP sockets
+                    return self._to_proxy(address, port)
+                self.refused += 1  # QUIC would pass the proxy by
+                self._log(f"egress: refused UDP to {address}:{port} (the proxy carries TCP)")
+                return errno.EACCES
             if address is None or not self.policy.allows(address, port):
                 self.refused += 1
                 self._log(f"egress: refused {_SYSCALLS[nr]} to {address or family}:{port}")
                 return errno.EACCES
         return 0
+
+    def _to_proxy(self, address: Address, port: int) -> int | socket.socket:
+        assert self.policy.proxy is not None
+        proxy_port, token = self.policy.proxy
+        try:
+            proxy = socket.create_connection(("127.0.0.1", proxy_port), timeout=2)
+            proxy.sendall(f"CUBICLE-EGRESS {token} {address} {port}\n".encode())
+        except OSError as exc:
+            self._log(f"egress: the egress proxy did not answer ({exc}): refused {address}")
+            return errno.ECONNREFUSED
+        proxy.setblocking(False)  # slirp's socket was non-blocking
+        return proxy
 
     def handle_one(self) -> None:
         buffer = bytearray(_NOTIF_SIZE)
@@ -253,20 +299,38 @@ class Supervisor:
         ident, pid, _flags, nr, _arch, _ip = struct.unpack_from("=QIIiIQ", buffer)
         args = struct.unpack_from("=6Q", buffer, 32)
         try:
-            error = self.decide(pid, nr, args)
+            decision = self.decide(pid, nr, args)
         except OSError:
-            error = errno.EACCES  # the caller's memory could not be read: refuse
+            decision = errno.EACCES  # the caller's memory could not be read: refuse
         try:  # the caller must still be waiting in that very call, or the read meant nothing
             fcntl.ioctl(self.listener, _IOCTL_ID_VALID, struct.pack("=Q", ident))
         except OSError:
+            if isinstance(decision, socket.socket):
+                decision.close()
             return
-        flags = _FLAG_CONTINUE if error == 0 else 0
+        flags, error = _FLAG_CONTINUE, 0
+        if isinstance(decision, socket.socket):
+            flags, error = 0, self._replace(ident, int(args[0]), decision)
+        elif decision:
+            flags, error = 0, decision
         answer = struct.pack(_RESP_FMT, ident, 0, -error, flags)
         try:
             fcntl.ioctl(self.listener, _IOCTL_SEND, bytearray(answer), True)
         except OSError as exc:
             if exc.errno != errno.ENOENT:
                 raise
+
+    def _replace(self, ident: int, target: int, proxy: socket.socket) -> int:
+        """Put `proxy` at the caller's descriptor `target`; its connect then returns 0."""
+        request = struct.pack("=QIIII", ident, _ADDFD_SETFD, proxy.fileno(), target, 0)
+        try:
+            fcntl.ioctl(self.listener, _IOCTL_ADDFD, request)
+        except OSError as exc:
+            self._log(f"egress: could not hand over the proxy's connection: {exc}")
+            return errno.ECONNREFUSED
+        finally:
+            proxy.close()
+        return 0
 
     def run(self, child: int) -> int:
         """Serve until slirp4netns exits; returns its exit status."""

@@ -41,7 +41,7 @@ from cubicle.protocol.errors import (
 from cubicle.protocol.models import GuestEvent
 from cubicle.server.guest_client import GuestEndpoint
 from cubicle.server.runtime import bwrap, cgroups, disk, priority, syscalls, users
-from cubicle.server.runtime.base import Runtime, Sandbox, SandboxSpec
+from cubicle.server.runtime.base import Runtime, Sandbox, SandboxEgress, SandboxSpec
 from cubicle.server.runtime.network import EgressRules, UserNetwork
 from cubicle.server.runtime.pipes import PipeReader
 
@@ -100,12 +100,12 @@ class LocalSandbox(Sandbox):
         self.child_pid: int | None = None
         """The sandbox's first process (bwrap's child), once bwrap said it."""
 
-    def set_egress(self, allow: tuple[str, ...], deny: tuple[str, ...]) -> None:
+    def set_egress(self, rules: SandboxEgress) -> None:
         if self.network is None:
             raise Conflict(
                 f'desktop {self.id} has no network to rule: create it with "network": true'
             )
-        self.network.set_rules(allow, deny)
+        self.network.set_rules(rules)
 
     def network_namespace(self) -> tuple[int, Path] | None:
         if self.child_pid is None:
@@ -369,7 +369,9 @@ class LocalRuntime(Runtime):
         cgroup: cgroups.Cgroup | None,
         release,
     ) -> LocalSandbox:
-        etc_files = await asyncio.to_thread(bwrap.etc_files, directory, spec.id, spec.network)
+        etc_files = await asyncio.to_thread(
+            bwrap.etc_files, directory, spec.id, spec.network, spec.hosts, spec.trust_pem
+        )
         binds = bwrap.Binds(host_uid)
         for dest, source in etc_files.items():
             binds.add(source, dest)
@@ -405,6 +407,7 @@ class LocalRuntime(Runtime):
             height=spec.height, max_file_bytes=spec.max_file_bytes, status_fd=status_w,
             info_fd=info_w, listen_fd=listen_fd, seccomp_fd=seccomp_fd, etc=self._etc,
             secret=secret is not None,
+            env=bwrap.desktop_env(spec),
             hardened=not self.hardening.off,
         )  # fmt: skip
         # RLIMIT_NPROC counts per host user: with a user id per sandbox, per sandbox. Under

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cubicle.protocol.errors import SandboxStartError
 from cubicle.server.runtime import egress
+from cubicle.server.runtime.base import SandboxEgress
 
 EGRESS_SCRIPT = Path(egress.__file__)
 """Run as a script (not `-m`), so that it starts without the service's packages."""
@@ -58,7 +59,7 @@ class UserNetwork:
             "--netns-type=path", f"/proc/{sandbox_pid}/ns/net", "tap0",
         ]  # fmt: skip
         if not self._desktop_rules.exists():
-            self.set_rules((), ())
+            self.set_rules(SandboxEgress())
         rules_fd = os.open(self._desktop_rules, os.O_RDONLY | os.O_CLOEXEC)
         command = [sys.executable, "-I", str(EGRESS_SCRIPT), "--policy", self._rules.to_json()]
         command += ["--rules-fd", str(rules_fd)]
@@ -88,11 +89,10 @@ class UserNetwork:
                 "is slirp4netns installed? scripts/bootstrap.sh installs it)"
             )
 
-    def set_rules(self, allow: tuple[str, ...], deny: tuple[str, ...]) -> None:
+    def set_rules(self, rules: SandboxEgress) -> None:
         """The desktop's own rules from now on: the file is rewritten in place (the
         supervisor holds it open), and its next decision reads them."""
-        text = json.dumps({"allow": list(allow), "deny": list(deny)})
-        data = text.encode()
+        data = rules.to_json().encode()
         fd = os.open(self._desktop_rules, os.O_WRONLY | os.O_CREAT, 0o600)
         try:  # written over, then cut: a read in between sees invalid JSON, never none
             os.pwrite(fd, data, 0)
