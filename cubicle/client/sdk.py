@@ -56,12 +56,15 @@ from cubicle.protocol.service import (
     ActionLog,
     CdpEndpoint,
     CreateDesktop,
+    CreateSecret,
     DesktopEgress,
     DesktopInfo,
+    DesktopNetwork,
     PortAccess,
     PortInfo,
     PreviewLink,
     RecordingInfo,
+    SecretInfo,
     ShareLink,
 )
 
@@ -73,6 +76,7 @@ _ENTRIES = TypeAdapter(list[FileEntry])
 _PORTS = TypeAdapter(list[PortInfo])
 _DESKTOPS = TypeAdapter(list[DesktopInfo])
 _RECORDINGS = TypeAdapter(list[RecordingInfo])
+_SECRETS = TypeAdapter(list[SecretInfo])
 _CONTEXTS = TypeAdapter(list[ContextInfo])
 
 
@@ -262,12 +266,16 @@ class AsyncDesktop:
         networks: list[str] | None = None,
         alias: str | None = None,
         egress: DesktopEgress | None = None,
+        secrets: list[str] | None = None,
+        hosts: dict[str, str] | None = None,
         base_url: str | None = None,
         token: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> AsyncDesktop:
         """Start a new desktop; returns once it is drawn. `networks`: private networks to
-        join (`POST /api/networks`), where it answers to its id and `alias`. `transport`:
+        join (`POST /api/networks`), where it answers to its id and `alias`. `secrets`:
+        secrets (`AsyncServiceClient.create_secret`) its programs use without seeing them,
+        through the egress proxy. `hosts`: extra lines of its /etc/hosts. `transport`:
         how requests reach the service (httpx's), for a program that holds it in process."""
         api = _Api(base_url, token, timeout_s=120, transport=transport)
         request = CreateDesktop(
@@ -280,6 +288,8 @@ class AsyncDesktop:
             networks=networks or [],
             alias=alias,
             egress=egress,
+            secrets=secrets or [],
+            hosts=hosts or {},
         )
         try:
             body = request.model_dump(exclude_none=True)
@@ -592,12 +602,17 @@ class AsyncDesktop:
     async def set_egress(
         self, *, allow: list[str] | None = None, deny: list[str] | None = None
     ) -> DesktopInfo:
-        """The desktop's own egress rules (CIDRs) from its next connection on: `allow`, when
+        """The desktop's own egress rules from its next connection on, CIDRs and host names
+        (`api.example.com`, `*.example.com`; judged on ports 80 and 443): `allow`, when
         given, is the only way out; `deny` wins over it. Both narrow the operator's policy;
         no arguments clears them."""
         rules = DesktopEgress(allow=allow or [], deny=deny or [])
         self.info = await self._model(DesktopInfo, "PUT", "network", json=rules.model_dump())
         return self.info
+
+    async def network(self) -> DesktopNetwork:
+        """Its egress rules, the secrets it uses, and what its egress proxy refused lately."""
+        return await self._model(DesktopNetwork, "GET", "network")
 
     async def revoke_preview(self, link_id: str) -> None:
         """Revoke a preview link by its id: later requests with it are refused."""
@@ -692,6 +707,32 @@ class AsyncServiceClient:
         response = await self._api.call(method, path, json=json, params=params)
         content: JsonValue = response.json() if response.content else None
         return content
+
+    async def create_secret(
+        self,
+        name: str,
+        value: str,
+        hosts: list[str],
+        *,
+        header: str = "Authorization",
+        format: str = "Bearer {value}",
+        env: str | None = None,
+    ) -> SecretInfo:
+        """Keep a secret (encrypted): desktops created with `secrets=[name]` see only its
+        placeholder in `env`, and their requests to `hosts` get `header: format` with the
+        value put in by the egress proxy."""
+        body = CreateSecret(
+            name=name, value=value, hosts=hosts, header=header, format=format, env=env
+        )
+        return await self.request("POST", "/api/secrets", json=body.model_dump(), model=SecretInfo)
+
+    async def secrets(self) -> list[SecretInfo]:
+        """Every secret, without its value."""
+        response = await self._api.call("GET", "/api/secrets")
+        return _SECRETS.validate_json(response.content)
+
+    async def delete_secret(self, name: str) -> None:
+        await self._api.call("DELETE", f"/api/secrets/{quote(name, safe='')}")
 
     async def close(self) -> None:
         await self._api.close()
@@ -828,6 +869,7 @@ class Desktop:
     preview_url = _blocking(AsyncDesktop.preview_url)
     revoke_preview = _blocking(AsyncDesktop.revoke_preview)
     set_egress = _blocking(AsyncDesktop.set_egress)
+    network = _blocking(AsyncDesktop.network)
     set_port_public = _blocking(AsyncDesktop.set_port_public)
 
     def get_host(self, port: int) -> str:
@@ -901,6 +943,9 @@ class ServiceClient:
     else:
         request = _blocking(AsyncServiceClient.request)
 
+    create_secret = _blocking(AsyncServiceClient.create_secret)
+    secrets = _blocking(AsyncServiceClient.secrets)
+    delete_secret = _blocking(AsyncServiceClient.delete_secret)
     close = _blocking(AsyncServiceClient.close)
 
 

@@ -121,9 +121,10 @@ async def serve(args: argparse.Namespace) -> int:
     status = StatusPipe(args.status_fd)
     secret = _read_secret(args.secret_file)
     home = Path(args.home)
-    session = desktop_session.start(
-        args.width, args.height, _base_env(home, args.env), progress=status.stage
-    )
+    env = _base_env(home, args.env)
+    session = desktop_session.start(args.width, args.height, env, progress=status.stage)
+    if "CUBICLE_EXTRA_CA" in env:  # while X starts: before any browser can
+        desktop_session.trust_in_browsers(home, Path(env["CUBICLE_EXTRA_CA"]))
     # Watch for the drawn desktop from now on, on a thread, while the heavy imports
     # (uvicorn, Starlette, mss, Pillow, PyAV) run here: XFCE is on the critical path of
     # every create, the HTTP stack is not.

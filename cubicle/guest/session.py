@@ -11,16 +11,20 @@ or a pod, and in tests on a bare host.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from Xlib import X, Xatom
 from Xlib import display as xdisplay
 from Xlib import error as xerror
+
+log = logging.getLogger(__name__)
 
 CHROMIUM_FLAGS = (
     "--no-first-run --no-default-browser-check --disable-background-networking "
@@ -221,6 +225,28 @@ def start(
         session.stop()
         raise
     return session
+
+
+def trust_in_browsers(home: Path, ca: Path) -> None:
+    """Add `ca` to the NSS database Chromium (and Firefox's NSS tools) read in `home`,
+    made empty if absent. Without Debian's `certutil` (libnss3-tools), a warning: the
+    desktop's command-line clients trust it through the system bundle all the same."""
+    database = home / ".pki" / "nssdb"
+    try:
+        database.mkdir(mode=0o700, parents=True, exist_ok=True)
+        where = f"sql:{database}"
+        if not (database / "cert9.db").exists():
+            subprocess.run(
+                ["certutil", "-N", "-d", where, "--empty-password"],
+                check=True, capture_output=True, timeout=20,
+            )  # fmt: skip
+        name = "Cubicle egress proxy"
+        subprocess.run(
+            ["certutil", "-A", "-d", where, "-n", name, "-t", "C,,", "-i", str(ca)],
+            check=True, capture_output=True, timeout=20,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("Chromium will not trust the egress proxy's CA: certutil failed: %s", exc)
 
 
 def _start_component(argv: list[str], env: dict[str, str]) -> subprocess.Popen:

@@ -9,6 +9,7 @@ names through `"hosts"` at create. Nothing is probed outside this machine.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -17,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from cubicle.client.sdk import AsyncServiceClient
+from cubicle.protocol.service import SecretInfo
 from cubicle.server import certs
+from cubicle.server.launcher import ServiceProcess
 from tests.security.attack import create, probe, run, still_answering
 from tests.security.netns import WORLD_ADDRESSES, Namespaces, NetnsThread, Via, service_inside
 
@@ -59,15 +63,20 @@ def _paths(files: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def api(world) -> Iterator[Via]:
+def api_parts(world) -> Iterator[tuple[ServiceProcess, NetnsThread, Via]]:
     spaces, _log, ca = world
     thread = NetnsThread(spaces.t)
     env = {"CUBICLE_EGRESS_CA_FILE": str(ca)}
     try:
-        with service_inside(spaces.t, thread, env) as (_service, client):
-            yield Via(thread, client)
+        with service_inside(spaces.t, thread, env) as (service, client):
+            yield service, thread, Via(thread, client)
     finally:
         thread.close()
+
+
+@pytest.fixture(scope="module")
+def api(api_parts) -> Via:
+    return api_parts[2]
 
 
 def _arrived(log: Path) -> list[dict]:
@@ -79,18 +88,19 @@ def _curl(api: Via, desktop_id: str, url: str, *options: str) -> dict:
     return run(api, desktop_id, line, timeout_s=40)
 
 
-def test_a_secret_reaches_its_host_and_never_the_desktop(world, api):
+def test_a_secret_reaches_its_host_and_never_the_desktop(world, api, api_parts):
     _spaces, log, _ca = world
-    made = api.post(
-        "/api/secrets",
-        json={
-            "name": "openai",
-            "value": VALUE,
-            "hosts": ["api.cubicle.test"],
-            "env": "OPENAI_API_KEY",
-        },
-    )
-    assert made.status_code == 201, made.text
+    service, thread, _ = api_parts
+
+    async def make() -> SecretInfo:  # the SDK, as a user would
+        async with AsyncServiceClient(base_url=service.url, token=service.token) as client:
+            return await client.create_secret(
+                "openai", VALUE, ["api.cubicle.test"], env="OPENAI_API_KEY"
+            )
+
+    info = thread.call(lambda: asyncio.run(make()))
+    assert info.placeholder == "cubicle-secret:openai" and info.env == "OPENAI_API_KEY"
+    made = api.get("/api/secrets/openai")
     assert VALUE not in made.text and made.json()["placeholder"] == "cubicle-secret:openai"
     assert VALUE not in api.get("/api/secrets").text
     assert (
@@ -117,6 +127,11 @@ def test_a_secret_reaches_its_host_and_never_the_desktop(world, api):
     script = "import urllib.request as u; print(u.urlopen('https://api.cubicle.test/py').read().decode())"
     python = run(api, did, f'python3 -c "{script}"', timeout_s=40)
     assert python["exit_code"] == 0 and "ok GET /py auth=True" in python["stdout"], python
+    # the desktop's Chromium, trusting the proxy's CA from its NSS database (headless and
+    # without the session's DevTools port, so that it exits once it printed the page)
+    chromium = "CUBICLE_CHROMIUM_FLAGS= chromium --headless=new --dump-dom"
+    page = run(api, did, f"{chromium} https://api.cubicle.test/chromium 2>/dev/null", timeout_s=60)
+    assert "ok GET /chromium auth=True" in page["stdout"], page
     arrived = {entry["path"]: entry for entry in _arrived(log)}
     assert arrived["/v1/models"]["headers"]["authorization"] == f"Bearer {VALUE}"
     assert arrived["/v1/models"]["host"] == "api.cubicle.test" and arrived["/v1/models"]["tls"]

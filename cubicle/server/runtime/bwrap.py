@@ -231,6 +231,8 @@ def launcher_argv(
 TRUST_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 """Debian's bundle of trusted CAs: OpenSSL's, curl's and (by the environment) Python's,
 Node's and requests' default."""
+EXTRA_CA = "/etc/cubicle-extra-ca.pem"
+"""The desktop's extra CA alone, which the guest adds to Chromium's NSS database."""
 
 
 def desktop_env(spec: SandboxSpec) -> dict[str, str]:
@@ -242,6 +244,7 @@ def desktop_env(spec: SandboxSpec) -> dict[str, str]:
             "SSL_CERT_FILE": TRUST_BUNDLE,
             "REQUESTS_CA_BUNDLE": TRUST_BUNDLE,
             "NODE_EXTRA_CA_CERTS": TRUST_BUNDLE,
+            "CUBICLE_EXTRA_CA": EXTRA_CA,
         }
     return env
 
@@ -278,6 +281,10 @@ def etc_files(
         bundle.write_bytes((system.read_bytes() if system.is_file() else b"") + trust_pem)
         bundle.chmod(0o644)
         made[TRUST_BUNDLE] = bundle
+        alone = etc / "extra-ca.pem"
+        alone.write_bytes(trust_pem)
+        alone.chmod(0o644)
+        made[EXTRA_CA] = alone
     return made
 
 
