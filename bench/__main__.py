@@ -28,6 +28,7 @@ from bench import (
     code,
     create,
     density,
+    egress,
     evals,
     grounding,
     hardening,
@@ -63,6 +64,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "client_install": client_install.run,
     "code": code.run,
     "ports": ports.run,
+    "egress": egress.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -22,6 +22,7 @@ def main() -> None:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body are two writes
 
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)

@@ -263,6 +263,7 @@ class EgressProxy:
     def _serve(self, conn: socket.socket) -> None:
         tenant: Tenant | None = None
         try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # every write goes now
             conn.settimeout(_HANDSHAKE_S)
             tenant, original, port = self._preamble(conn)
             with tenant.lock:
@@ -308,7 +309,7 @@ class EgressProxy:
         name = hello.server_name(record)
         if not tenant.secrets:
             address = self._destination(tenant, name, original, port)
-            upstream = socket.create_connection((str(address), port), timeout=_HANDSHAKE_S)
+            upstream = _open(address, port)
             with upstream:
                 _pump(conn, upstream)
             return
@@ -444,7 +445,7 @@ class EgressProxy:
         self, tenant: Tenant, host: str | None, original: Address, port: int, tls: bool
     ) -> socket.socket:
         address = self._destination(tenant, host, original, port)
-        sock = socket.create_connection((str(address), port), timeout=_HANDSHAKE_S)
+        sock = _open(address, port)
         if tls:
             try:
                 sock = self._upstream.wrap_socket(sock, server_hostname=host or str(original))
@@ -487,6 +488,12 @@ class EgressProxy:
             if secret.sent_to(host) and secret.header.lower().encode() not in present:
                 headers.append((secret.header.encode(), _formatted(secret).encode("latin-1")))
         return target, headers
+
+
+def _open(address: Address, port: int) -> socket.socket:
+    sock = socket.create_connection((str(address), port), timeout=_HANDSHAKE_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def _peek(conn: socket.socket, size: int) -> bytes:

@@ -283,6 +283,7 @@ class Supervisor:
         except OSError as exc:
             self._log(f"egress: the egress proxy did not answer ({exc}): refused {address}")
             return errno.ECONNREFUSED
+        proxy.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as slirp sets its own
         proxy.setblocking(False)  # slirp's socket was non-blocking
         return proxy
 
