@@ -55,12 +55,19 @@ from cubicle.protocol.models import (
     WindowsQuery,
 )
 from cubicle.protocol.routes import GuestPath
+from cubicle.protocol.streams import until
 
 log = logging.getLogger("cubicle.guest")
 
 _entries = TypeAdapter(list[FileEntry])
 _windows = TypeAdapter(list[WindowInfo])
 _ports = TypeAdapter(list[ListeningPort])
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the caller has gone (its body was read: what comes next is that)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _on_error(_: Request, exc: Exception) -> Response:
@@ -176,12 +183,12 @@ class GuestRoutes:
         guest = self.alive()
         if not command.stream:
             return answer(await guest.system.run(command))
-        chunks = guest.system.stream(command)
-        first = await anext(chunks)  # errors such as an unknown command surface as 4xx
+        chunks = await guest.system.start(command)  # an unknown command is a 4xx here
 
         async def lines():
-            yield first.model_dump_json() + "\n"
-            async for chunk in chunks:
+            # Nothing else notices a caller that left while the command is silent: its
+            # leaving closes `chunks`, which ends the command's process group.
+            async for chunk in until(chunks, _disconnected(request)):
                 yield chunk.model_dump_json() + "\n"
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")

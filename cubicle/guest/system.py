@@ -18,7 +18,7 @@ import shutil
 import signal
 import stat
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -167,7 +167,19 @@ class System:
 
     async def stream(self, request: ExecRequest) -> AsyncIterator[ExecChunk]:
         """Run a command, yielding output as it arrives and finally its exit status."""
+        async for chunk in await self.start(request):
+            yield chunk
+
+    async def start(self, request: ExecRequest) -> AsyncGenerator[ExecChunk, None]:
+        """Start a command (its errors raise here, before any output) and return its
+        output as it will arrive, then its exit status. Closing the generator early ends
+        the command's process group."""
         proc = await self._spawn(request)
+        return self._follow(proc, request)
+
+    async def _follow(
+        self, proc: asyncio.subprocess.Process, request: ExecRequest
+    ) -> AsyncGenerator[ExecChunk, None]:
         if request.stdin is not None:
             proc.stdin.write(request.stdin.encode())
             proc.stdin.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 
 import httpx
 import pytest
@@ -155,6 +156,19 @@ def test_exec_streams_lines_as_they_come(api, desktop):
         lines = [httpx.Response(200, content=line).json() for line in response.iter_lines()]
     assert "".join(line["data"] for line in lines if line["stream"] == "stdout") == "1\n2\n3\n"
     assert lines[-1] == {"stream": "exit", "data": "", "exit_code": 0, "timed_out": False}
+
+
+def test_a_streamed_command_ends_when_its_caller_leaves(api, desktop):
+    """Even while it prints nothing: it used to run on until its own end."""
+    base = f"/api/desktops/{desktop['id']}/exec"
+    body = {"command": "sleep 97; echo late", "stream": True, "timeout_s": 300}
+    with api.stream("POST", base, json=body) as response:
+        assert response.status_code == 200
+        time.sleep(0.5)  # it is running, silent; the caller leaves
+    deadline = time.monotonic() + 10
+    while api.post(base, json={"command": "pgrep -f '^sleep 97'"}).json()["exit_code"] == 0:
+        assert time.monotonic() < deadline, "the command outlived its caller"
+        time.sleep(0.2)
 
 
 def test_clipboard_round_trip(api, desktop):
