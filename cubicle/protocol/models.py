@@ -71,7 +71,7 @@ class ExecRequest(BaseModel):
     cwd: Annotated[str, Field(max_length=4096, pattern=NO_NUL)] | None = None
     """Working directory inside the desktop; the home directory when absent."""
     env: dict[EnvName, Arg] = Field(default_factory=dict)
-    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60
+    timeout_s: Annotated[float, Field(gt=0, le=604_800)] = 60
     """Seconds before the command's whole process group is killed."""
     stdin: str | None = None
     stream: bool = False

@@ -32,6 +32,8 @@ from cubicle.server.api.auth import load_or_create_token, require_token
 from cubicle.server.api.errors import install as install_error_handlers
 from cubicle.server.api.openapi import install as install_openapi
 from cubicle.server.api.security import BodyLimits, Guard
+from cubicle.server.e2b import Sandboxes
+from cubicle.server.e2b import control as e2b_control
 from cubicle.server.inside import InProcessTransport
 from cubicle.server.manager import SandboxManager
 from cubicle.server.ports import Ports
@@ -70,7 +72,9 @@ def create_app(
         manager = SandboxManager(settings)
         token = load_or_create_token(settings.data_dir, settings.token)
         ports = Ports(settings, manager.events)
-        services = Services(settings, token, manager, ShareLinks(manager.events), ports)
+        services = Services(
+            settings, token, manager, ShareLinks(manager.events), ports, Sandboxes(manager.events)
+        )
         services.door = InProcessTransport(app, {"services": services})
         await manager.start()
         started: list[Room] = []
@@ -87,6 +91,7 @@ def create_app(
                 await room.stop()
             services.shares.close()
             services.ports.close()
+            await services.e2b.aclose()
             await manager.stop()
 
     app = FastAPI(
@@ -111,6 +116,7 @@ def create_app(
     app.include_router(ports_api.router, dependencies=[Depends(require_token)])
     app.include_router(networks.router, dependencies=[Depends(require_token)])
     app.include_router(secrets.router, dependencies=[Depends(require_token)])
+    app.include_router(e2b_control.router)  # X-API-KEY, E2B's way
     for room in rooms:
         for router in room.routers:
             app.include_router(router)

@@ -26,6 +26,12 @@ URL = "http://cubicle.inside"
 """The base URL of in-process clients: only its path reaches the app."""
 
 
+def marked(scope: Scope) -> Scope:
+    """`scope` as the service's own request: for a request the service checked itself
+    and hands to one of its routes (E2B's code interpreter port, `cubicle.server.ports`)."""
+    return {**scope, INSIDE: _MARK}
+
+
 def is_inside(scope: Scope) -> bool:
     """Whether the request came through `InProcessTransport` (the service itself)."""
     return scope.get(INSIDE) is _MARK

@@ -18,6 +18,7 @@ from starlette.requests import HTTPConnection
 
 from cubicle.client.sdk import AsyncDesktop, AsyncServiceClient
 from cubicle.server import inside
+from cubicle.server.e2b import Sandboxes
 from cubicle.server.manager import SandboxManager
 from cubicle.server.ports import Ports
 from cubicle.server.settings import Settings
@@ -38,6 +39,8 @@ class Services:
     """Every share link (`cubicle.server.shares`): made by the live view, checked by auth."""
     ports: Ports
     """Preview links and public ports of desktops (`cubicle.server.ports`)."""
+    e2b: Sandboxes
+    """Desktops made through E2B's API, as E2B sees them (`cubicle.server.e2b`)."""
     door: inside.InProcessTransport | None = None
     """Requests from the service to itself (`cubicle.server.inside`); set by the lifespan."""
     _rooms: dict[type, object] = field(default_factory=dict)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -46,8 +47,10 @@ from cubicle.protocol.errors import (
     InvalidRequest,
     answer_for,
 )
+from cubicle.server import inside
 from cubicle.server._http1 import Http1Error, Timeouts, _Connection
 from cubicle.server.api.auth import is_admin_token
+from cubicle.server.e2b import CODE_INTERPRETER_PORT, ENVD_PORT
 from cubicle.server.guest_client import GuestClient
 from cubicle.server.ports import Ports
 from cubicle.server.services import Services
@@ -72,6 +75,7 @@ _HOP_BY_HOP = {
 _NOT_INSIDE = _HOP_BY_HOP | {
     b"expect",  # the service already answered `100 Continue` as it read the body
     b"x-access-token",
+    b"e2b-traffic-access-token",
     b"e2b-sandbox-id",
     b"e2b-sandbox-port",
     b"content-length",  # set again from the body that goes in
@@ -84,6 +88,10 @@ _WS_OWN = {
     b"sec-websocket-extensions",
     b"sec-websocket-protocol",
 }
+_CODE_INTERPRETER_PATH = re.compile(
+    rb"^/(execute|health|contexts(/[A-Za-z0-9_-]{1,64}(/restart)?)?)/?$"
+)
+"""The paths of E2B's code interpreter (port 49999): nothing else goes in."""
 _TIMEOUTS = Timeouts(connect=10.0, write=60.0, read=None)
 """A program inside may take its time to answer (a long poll, a server-sent stream)."""
 _WHOLE_BODY = 1 << 20
@@ -172,6 +180,12 @@ class PortProxy:
             await self.app(scope, receive, send)
             return
         services: Services = scope["state"]["services"]
+        if target.port == ENVD_PORT and target.form == "headers":
+            await _envd(services, target, scope, receive, send)
+            return
+        if target.port == CODE_INTERPRETER_PORT and services.e2b.get(target.desktop_id):
+            await self._code_interpreter(services, target, scope, receive, send)
+            return
         try:
             redirect = _authorize(services, target, scope)
             if redirect is not None:
@@ -185,6 +199,87 @@ class PortProxy:
             await _Exchange(guest, target, scope, receive, send).run()
         else:
             await _carry_websocket(guest, target, scope, receive, send)
+
+    async def _code_interpreter(
+        self, services: Services, target: Target, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """E2B's code interpreter (port 49999) of a sandbox made through E2B's API: the
+        service's own surface over the desktop's code contexts, reached in process."""
+        if not _e2b_token_ok(services, target.desktop_id, scope):
+            await _refuse_e2b(scope, receive, send, 401, "the sandbox's access token is missing")
+            return
+        path, _, query = target.path.partition(b"?")
+        if not _CODE_INTERPRETER_PATH.match(path):  # the request goes in as the service's
+            await _refuse_e2b(scope, receive, send, 404, "the code interpreter has no such path")
+            return
+        inner_path = b"/api/desktops/%s/e2b-code-interpreter%s" % (
+            target.desktop_id.encode(),
+            path.rstrip(b"/"),
+        )
+        headers = [
+            (key, value)
+            for key, value in scope["headers"]
+            if key not in (b"authorization", b"x-access-token", b"e2b-traffic-access-token")
+        ]
+        inner = inside.marked(
+            {
+                **scope,
+                "path": inner_path.decode("latin-1"),
+                "raw_path": inner_path,
+                "query_string": query,
+                "headers": headers,
+            }
+        )
+        await self.app(inner, receive, send)
+
+
+async def _envd(
+    services: Services, target: Target, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """E2B's envd of a sandbox made through E2B's API, answered by the service
+    (`cubicle.server.e2b.envd`); E2B's own answer for any other id (502, "was not found")."""
+    envd = services.e2b.envd(target.desktop_id)
+    if envd is None:
+        await _refuse_e2b(
+            scope, receive, send, 502, f"The sandbox {target.desktop_id} was not found"
+        )
+        return
+    inner = {**scope, "path": target.path.split(b"?", 1)[0].decode("latin-1")}
+    inner["raw_path"] = target.path.split(b"?", 1)[0]
+    inner["query_string"] = target.path.split(b"?", 1)[1] if b"?" in target.path else b""
+    if inner["path"] != "/health" and not _e2b_token_ok(services, target.desktop_id, scope):
+        await _refuse_e2b(scope, receive, send, 401, "the sandbox's access token is missing")
+        return
+    try:
+        guest = services.manager.guest(target.desktop_id)
+    except CubicleError:
+        await _refuse_e2b(
+            scope, receive, send, 502, f"The sandbox {target.desktop_id} was not found"
+        )
+        return
+    await envd(guest, inner, receive, send)
+
+
+def _e2b_token_ok(services: Services, desktop_id: str, scope: Scope) -> bool:
+    """Whether the request carries sandbox `desktop_id`'s E2B token (`X-Access-Token` or
+    `E2B-Traffic-Access-Token`), or the admin token as `X-Access-Token`."""
+    for name in (b"x-access-token", b"e2b-traffic-access-token"):
+        given = _header(scope, name)
+        if given is None:
+            continue
+        token = given.decode("latin-1")
+        if services.e2b.owns(desktop_id, token):
+            return True
+        if name == b"x-access-token" and is_admin_token(services, token):
+            return True
+    return False
+
+
+async def _refuse_e2b(scope: Scope, receive: Receive, send: Send, status: int, text: str) -> None:
+    body = json.dumps({"code": status, "message": text}).encode()
+    headers = [(b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, exc: CubicleError) -> None:
@@ -232,6 +327,8 @@ def _authorize(services: Services, target: Target, scope: Scope) -> _Redirect | 
     """Raise unless the request may reach `target`; a redirect for a browser that brought a
     preview token in its address."""
     ports = services.ports
+    if _e2b_token_ok(services, target.desktop_id, scope):
+        return None  # a sandbox made through E2B's API, with its own token
     given = _header(scope, b"x-access-token")
     if given is not None:
         token = given.decode("latin-1")

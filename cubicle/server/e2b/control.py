@@ -1,0 +1,339 @@
+"""E2B's control plane (its `spec/openapi.yml`), on the service's own port.
+
+A sandbox is a Cubicle desktop. Create maps E2B's body to `CreateDesktop` (`timeout` is
+the desktop's idle timeout, which each call refreshes: a sandbox lives at least as long
+as E2B's would); `envVars` go to every process envd starts; `allow_internet_access`
+(default true, as on E2B) is `network`. Answers carry `domain`, so `get_host` points at
+this service. Errors are E2B's shape, `{"code": status, "message": why}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, Field
+
+from cubicle.protocol.errors import (
+    AuthError,
+    CubicleError,
+    DesktopNotFound,
+    InvalidRequest,
+    NotSupported,
+    answer_for,
+    describe_validation,
+)
+from cubicle.protocol.service import CreateDesktop, DesktopInfo
+from cubicle.server.api.auth import is_admin_token
+from cubicle.server.api.deps import ServicesDep
+from cubicle.server.e2b import CLIENT_ID, ENVD_VERSION, TEMPLATES, Sandbox
+from cubicle.server.services import Services
+
+E2B_TIMEOUT_S = 300
+"""E2B's default sandbox timeout."""
+
+
+class _E2bRoute(APIRoute):
+    """Errors in E2B's shape, which its SDKs read."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except CubicleError as exc:
+                answer = answer_for(exc, log_hint="the service's log")
+                body = {"code": answer.status, "message": answer.body.detail}
+                return JSONResponse(body, answer.status, headers=answer.headers)
+            except RequestValidationError as exc:
+                message = describe_validation(exc.errors())
+                return JSONResponse({"code": 400, "message": message}, 400)
+
+        return handle
+
+
+router = APIRouter(tags=["e2b"], route_class=_E2bRoute)
+
+
+class NewSandbox(BaseModel):
+    """E2B's `NewSandbox` body; what Cubicle cannot honour is refused by name."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    templateID: Annotated[str, Field(min_length=1, max_length=128)]
+    timeout: Annotated[int, Field(ge=0, le=86_400)] = E2B_TIMEOUT_S
+    metadata: dict[str, str] = {}
+    envVars: dict[str, str] = {}
+    secure: bool = True
+    allow_internet_access: bool = True
+    autoPause: bool = False
+
+
+class Timeout(BaseModel):
+    timeout: Annotated[int, Field(ge=0, le=86_400)]
+
+
+class Connect(BaseModel):
+    """Body of E2B's connect: the timeout from now (E2B's default when absent)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    timeout: Annotated[int, Field(ge=0, le=86_400)] = E2B_TIMEOUT_S
+
+
+_REFUSED = {
+    "network": "network rules (use Cubicle's egress rules: PUT /api/desktops/{id}/network)",
+    "volumeMounts": "volumes",
+    "mcp": "the MCP gateway",
+    "iam": "IAM roles",
+    "autoResume": "auto-resume",
+}
+
+
+def _key(services: Services, api_key: str | None, authorization: str | None) -> None:
+    token = api_key or (authorization or "").removeprefix("Bearer ").strip()
+    if not token or not is_admin_token(services, token):
+        raise AuthError("E2B's X-API-KEY must be this service's token")
+
+
+ApiKey = Annotated[str | None, Header(alias="X-API-KEY")]
+Bearer = Annotated[str | None, Header(alias="Authorization")]
+
+
+def _template(requested: str) -> str:
+    name = requested.split(":", 1)[0]
+    if name not in TEMPLATES:
+        raise NotSupported(
+            f"template {requested!r}: Cubicle starts its built-in desktop for "
+            f"{', '.join(TEMPLATES)}; custom templates are not built yet"
+        )
+    return name
+
+
+def _timeout(seconds: int) -> int:
+    return max(10, seconds)
+
+
+def _sandbox_body(services: Services, sandbox: Sandbox) -> dict[str, Any]:
+    return {
+        "sandboxID": sandbox.sandbox_id,
+        "templateID": sandbox.template,
+        "alias": sandbox.template,
+        "clientID": CLIENT_ID,
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": sandbox.access_token,
+        "trafficAccessToken": sandbox.access_token,
+        "domain": services.settings.port_domain,
+    }
+
+
+def _detail(services: Services, sandbox: Sandbox, info: DesktopInfo) -> dict[str, Any]:
+    settings = services.settings
+    return {
+        **_sandbox_body(services, sandbox),
+        "startedAt": sandbox.started_at.isoformat(),
+        "endAt": sandbox.end_at.isoformat(),
+        "cpuCount": max(1, int(settings.cpu_cores or 1)),
+        "memoryMB": settings.memory_mb,
+        "diskSizeMB": settings.disk_mb,
+        "state": "running",
+        "metadata": sandbox.metadata,
+        "allowInternetAccess": info.network,
+    }
+
+
+def _running(services: Services, sandbox_id: str) -> tuple[Sandbox, DesktopInfo]:
+    sandbox = services.e2b.get(sandbox_id)
+    if sandbox is None:
+        raise DesktopNotFound(f"sandbox {sandbox_id} was not found")
+    info = services.manager.get(sandbox_id)
+    if info.status != "ready":
+        raise DesktopNotFound(f"sandbox {sandbox_id} was not found ({info.status})")
+    return sandbox, info
+
+
+async def _create(services: Services, body: NewSandbox) -> JSONResponse:
+    extra = body.model_extra or {}
+    for name, what in _REFUSED.items():
+        if extra.get(name):
+            raise NotSupported(f"{name}: Cubicle does not offer {what} through E2B's API yet")
+    if body.autoPause:
+        raise NotSupported("autoPause: Cubicle cannot pause sandboxes yet")
+    template = _template(body.templateID)
+    timeout_s = _timeout(body.timeout)
+    info = await services.manager.create(
+        CreateDesktop(timeout_s=timeout_s, network=body.allow_internet_access)
+    )
+    sandbox = services.e2b.add(
+        info.id, template, timeout_s, body.metadata, body.envVars, body.allow_internet_access
+    )
+    return JSONResponse(_sandbox_body(services, sandbox), status_code=201)
+
+
+@router.post("/v2/sandboxes", status_code=201)
+async def create_v2(
+    body: NewSandbox, services: ServicesDep, key: ApiKey = None, bearer: Bearer = None
+) -> JSONResponse:
+    """E2B's create: a Cubicle desktop, answered as a sandbox."""
+    _key(services, key, bearer)
+    return await _create(services, body)
+
+
+@router.post("/sandboxes", status_code=201)
+async def create_v1(
+    body: NewSandbox, services: ServicesDep, key: ApiKey = None, bearer: Bearer = None
+) -> JSONResponse:
+    """E2B's create as SDKs up to 2.45 call it."""
+    _key(services, key, bearer)
+    return await _create(services, body)
+
+
+def _listed(services: Services, metadata: str | None, state: str | None) -> list[dict[str, Any]]:
+    wanted = dict(parse_qsl(metadata or ""))
+    states = set((state or "running").split(","))
+    found = []
+    for sandbox in services.e2b.all():
+        try:
+            _, info = _running(services, sandbox.sandbox_id)
+        except CubicleError:
+            continue
+        if "running" not in states:
+            continue
+        if any(sandbox.metadata.get(k) != v for k, v in wanted.items()):
+            continue
+        found.append(_detail(services, sandbox, info))
+    return sorted(found, key=lambda item: item["startedAt"])
+
+
+@router.get("/v2/sandboxes")
+async def list_v2(
+    services: ServicesDep,
+    response: Response,
+    key: ApiKey = None,
+    bearer: Bearer = None,
+    metadata: str | None = None,
+    state: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    nextToken: str | None = None,
+) -> list[dict[str, Any]]:
+    """Running sandboxes (`state`, `metadata` filters), a page at a time: the next
+    page's token is in `x-next-token`. Paused sandboxes do not exist here (yet)."""
+    _key(services, key, bearer)
+    listed = _listed(services, metadata, state)
+    start = 0
+    if nextToken:
+        ids = [item["sandboxID"] for item in listed]
+        if nextToken not in ids:
+            raise InvalidRequest("nextToken is not a page of this listing")
+        start = ids.index(nextToken)
+    page = listed[start : start + limit]
+    if start + limit < len(listed):
+        response.headers["x-next-token"] = listed[start + limit]["sandboxID"]
+    return page
+
+
+@router.get("/sandboxes")
+async def list_v1(
+    services: ServicesDep, key: ApiKey = None, bearer: Bearer = None, metadata: str | None = None
+) -> list[dict[str, Any]]:
+    _key(services, key, bearer)
+    return _listed(services, metadata, None)
+
+
+@router.get("/sandboxes/{sandbox_id}")
+async def get_sandbox(
+    sandbox_id: str, services: ServicesDep, key: ApiKey = None, bearer: Bearer = None
+) -> dict[str, Any]:
+    _key(services, key, bearer)
+    sandbox, info = _running(services, sandbox_id)
+    return _detail(services, sandbox, info)
+
+
+@router.delete("/sandboxes/{sandbox_id}", status_code=204)
+async def kill_sandbox(
+    sandbox_id: str, services: ServicesDep, key: ApiKey = None, bearer: Bearer = None
+) -> Response:
+    _key(services, key, bearer)
+    _running(services, sandbox_id)
+    await services.manager.kill(sandbox_id)
+    return Response(status_code=204)
+
+
+@router.post("/sandboxes/{sandbox_id}/timeout", status_code=204)
+async def set_timeout(
+    sandbox_id: str,
+    body: Timeout,
+    services: ServicesDep,
+    key: ApiKey = None,
+    bearer: Bearer = None,
+) -> Response:
+    """From now, `timeout` seconds (Cubicle's idle timeout: calls keep it alive longer)."""
+    _key(services, key, bearer)
+    sandbox, _ = _running(services, sandbox_id)
+    seconds = _timeout(body.timeout)
+    services.manager.extend(sandbox_id, seconds)
+    sandbox.end_at = datetime.now(UTC) + timedelta(seconds=seconds)
+    return Response(status_code=204)
+
+
+async def _connect(
+    sandbox_id: str, body: Connect, services: ServicesDep, key: str | None, bearer: str | None
+) -> dict[str, Any]:
+    _key(services, key, bearer)
+    sandbox, _ = _running(services, sandbox_id)
+    seconds = _timeout(body.timeout)
+    services.manager.extend(sandbox_id, seconds)
+    sandbox.end_at = max(sandbox.end_at, datetime.now(UTC) + timedelta(seconds=seconds))
+    return _sandbox_body(services, sandbox)
+
+
+@router.post("/v2/sandboxes/{sandbox_id}/connect")
+async def connect_v2(
+    sandbox_id: str,
+    body: Connect,
+    services: ServicesDep,
+    key: ApiKey = None,
+    bearer: Bearer = None,
+) -> dict[str, Any]:
+    """Connect to a running sandbox (200); paused ones do not exist here yet."""
+    return await _connect(sandbox_id, body, services, key, bearer)
+
+
+@router.post("/sandboxes/{sandbox_id}/connect")
+async def connect_v1(
+    sandbox_id: str,
+    body: Connect,
+    services: ServicesDep,
+    key: ApiKey = None,
+    bearer: Bearer = None,
+) -> dict[str, Any]:
+    return await _connect(sandbox_id, body, services, key, bearer)
+
+
+def _missing(what: str) -> Callable[..., Coroutine[Any, Any, Response]]:
+    async def refuse(services: ServicesDep, key: ApiKey = None, bearer: Bearer = None) -> Response:
+        _key(services, key, bearer)
+        raise NotSupported(f"{what} is not built in Cubicle yet")
+
+    return refuse
+
+
+for _path, _methods, _what in (
+    ("/sandboxes/{sandbox_id}/pause", ["POST"], "pausing a sandbox"),
+    ("/sandboxes/{sandbox_id}/resume", ["POST"], "resuming a paused sandbox"),
+    ("/sandboxes/{sandbox_id}/metrics", ["GET"], "sandbox metrics"),
+    ("/sandboxes/metrics", ["GET"], "sandbox metrics"),
+    ("/sandboxes/{sandbox_id}/snapshots", ["POST"], "snapshots through E2B's API"),
+    ("/snapshots", ["GET"], "snapshots through E2B's API"),
+    ("/templates", ["GET", "POST"], "templates (E2B's template builds)"),
+    ("/v2/templates", ["POST"], "templates (E2B's template builds)"),
+    ("/v3/templates", ["POST"], "templates (E2B's template builds)"),
+):
+    router.add_api_route(_path, _missing(_what), methods=_methods, include_in_schema=False)

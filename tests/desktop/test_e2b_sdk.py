@@ -1,0 +1,207 @@
+"""E2B's own SDKs, unmodified, against a Cubicle service (issue "Speak E2B").
+
+The three variables are the contract (`E2B_API_URL`, `E2B_SANDBOX_URL`: the service;
+`E2B_API_KEY`: its token). Everything below is the released `e2b` and
+`e2b-code-interpreter` packages talking to a real service and real desktops: the control
+plane, envd's processes and files over Connect RPC, a port reached as E2B reaches it, and
+the code interpreter on port 49999.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from e2b import (
+    AsyncSandbox,
+    AuthenticationException,
+    CommandExitException,
+    NotFoundException,
+    Sandbox,
+    SandboxException,
+    SandboxQuery,
+    TimeoutException,
+)
+from e2b_code_interpreter import Sandbox as CodeSandbox
+
+
+@pytest.fixture(scope="module")
+def e2b_env(service) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("E2B_API_URL", service.url)
+        patch.setenv("E2B_SANDBOX_URL", service.url)
+        patch.setenv("E2B_API_KEY", service.token)
+        patch.delenv("E2B_DOMAIN", raising=False)
+        patch.delenv("E2B_DEBUG", raising=False)
+        yield
+
+
+@pytest.fixture(scope="module")
+def sandbox(e2b_env) -> Iterator[Sandbox]:
+    sbx = Sandbox.create(envs={"GREETING": "hello"}, metadata={"suite": "e2b-sdk"}, timeout=300)
+    try:
+        yield sbx
+    finally:
+        sbx.kill()
+
+
+def test_commands_run_as_on_e2b(sandbox):
+    done = sandbox.commands.run("echo $GREETING from $(whoami) in $(pwd); echo oops >&2")
+    assert (done.stdout, done.stderr, done.exit_code) == (
+        "hello from user in /home/user\n",
+        "oops\n",
+        0,
+    )
+    with pytest.raises(CommandExitException) as failed:
+        sandbox.commands.run("echo partial; exit 3")
+    assert failed.value.exit_code == 3 and failed.value.stdout == "partial\n"
+    moved = sandbox.commands.run("pwd; echo $X $GREETING", cwd="/tmp", envs={"X": "y"})
+    assert moved.stdout == "/tmp\ny hello\n"
+    pieces: list[str] = []
+    started = time.monotonic()
+    sandbox.commands.run("for i in 1 2 3; do echo $i; sleep 0.3; done", on_stdout=pieces.append)
+    assert "".join(pieces) == "1\n2\n3\n" and len(pieces) >= 2  # as they came, not at the end
+    assert time.monotonic() - started >= 0.6
+    with pytest.raises(TimeoutException):
+        sandbox.commands.run("sleep 30", timeout=1)
+
+
+def test_a_background_command_is_listed_and_killed(sandbox):
+    handle = sandbox.commands.run("sleep 120", background=True)
+    assert handle.pid in [p.pid for p in sandbox.commands.list()]
+    assert sandbox.commands.kill(handle.pid)
+    with pytest.raises(CommandExitException):
+        handle.wait()
+    deadline = time.monotonic() + 10
+    while handle.pid in [p.pid for p in sandbox.commands.list()]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert sandbox.commands.run("pgrep -x sleep || echo none").stdout == "none\n"
+
+
+def test_files_as_on_e2b(sandbox):
+    info = sandbox.files.write("notes/a.txt", "first line\n")  # relative: the user's home
+    assert info.path == "/home/user/notes/a.txt"
+    assert sandbox.files.read("/home/user/notes/a.txt") == "first line\n"
+    sandbox.files.write("/tmp/blob.bin", b"\x00\xff" * 1000)
+    assert sandbox.files.read("/tmp/blob.bin", format="bytes") == b"\x00\xff" * 1000
+    assert sandbox.files.exists("/tmp/blob.bin") and not sandbox.files.exists("/tmp/nothing")
+    assert sandbox.files.make_dir("/tmp/made/deep")
+    assert not sandbox.files.make_dir("/tmp/made/deep")  # already there
+    listed = {entry.name: entry for entry in sandbox.files.list("/home/user/notes")}
+    assert listed["a.txt"].size == len("first line\n") and listed["a.txt"].type.value == "file"
+    moved = sandbox.files.rename("/home/user/notes/a.txt", "/tmp/made/b.txt")
+    assert moved.path == "/tmp/made/b.txt" and sandbox.files.get_info("/tmp/made/b.txt").size == 11
+    sandbox.files.remove("/tmp/made")
+    assert not sandbox.files.exists("/tmp/made/b.txt")
+    with pytest.raises(NotFoundException):
+        sandbox.files.read("/tmp/made/b.txt")
+    # the desktop's own commands see what the SDK wrote
+    assert sandbox.commands.run("wc -c < /tmp/blob.bin").stdout == "2000\n"
+
+
+def test_the_control_plane_lists_extends_and_reconnects(sandbox, service):
+    found = Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b-sdk"})).next_items()
+    assert [s.sandbox_id for s in found] == [sandbox.sandbox_id]
+    assert Sandbox.list(query=SandboxQuery(metadata={"suite": "other"})).next_items() == []
+    info = sandbox.get_info()
+    assert info.metadata == {"suite": "e2b-sdk"} and info.template_id == "base"
+    sandbox.set_timeout(600)
+    again = Sandbox.connect(sandbox.sandbox_id)
+    assert again.commands.run("echo $GREETING").stdout == "hello\n"
+    # the same desktop, seen through Cubicle's own API
+    desktop = httpx.get(
+        f"{service.url}/api/desktops/{sandbox.sandbox_id}",
+        headers={"Authorization": f"Bearer {service.token}"},
+    )
+    assert desktop.status_code == 200 and desktop.json()["status"] == "ready"
+
+
+def test_a_port_is_reached_as_e2b_reaches_it(sandbox, service):
+    sandbox.files.write("/tmp/site/index.html", "<h1>from the sandbox</h1>")
+    sandbox.commands.run("cd /tmp/site && python3 -m http.server 3000", background=True)
+    host = sandbox.get_host(3000)
+    assert host == f"3000-{sandbox.sandbox_id}.{sandbox.sandbox_domain}"
+    headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "3000"}
+    assert httpx.get(service.url, headers=headers).status_code == 401  # ports are private
+    headers["E2B-Traffic-Access-Token"] = sandbox.traffic_access_token or ""
+    deadline = time.monotonic() + 20
+    while (answer := httpx.get(service.url, headers=headers)).status_code != 200:
+        assert time.monotonic() < deadline, answer.text
+        time.sleep(0.2)
+    assert "from the sandbox" in answer.text
+
+
+def test_the_code_interpreter_keeps_state_and_draws(e2b_env):
+    with CodeSandbox.create() as sbx:
+        assert sbx.run_code("x = 41").error is None
+        assert sbx.run_code("x + 1").text == "42"
+        chart = sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")
+        assert chart.results and chart.results[0].png
+        failed = sbx.run_code("1 / 0")
+        assert failed.error is not None and failed.error.name == "ZeroDivisionError"
+        context = sbx.create_code_context(cwd="/tmp")
+        assert sbx.run_code("import os; os.getcwd()", context=context).text == "'/tmp'"
+        assert sbx.commands.run("echo shell too").stdout == "shell too\n"
+
+
+def test_the_async_sdk_works_too(e2b_env):
+    async def main() -> tuple[str, bool]:
+        sbx = await AsyncSandbox.create()
+        try:
+            done = await sbx.commands.run("echo async")
+            await sbx.files.write("/tmp/x", "y")
+            return done.stdout + await sbx.files.read("/tmp/x"), await sbx.is_running()
+        finally:
+            await sbx.kill()
+
+    assert asyncio.run(main()) == ("async\ny", True)
+
+
+def test_a_sandbox_token_opens_its_own_sandbox_only(sandbox, e2b_env, service):
+    token = sandbox.traffic_access_token or ""
+    other = Sandbox.create(timeout=60)
+    try:
+        for port in ("49983", "49999", "3000"):
+            headers = {"E2b-Sandbox-Id": other.sandbox_id, "E2b-Sandbox-Port": port}
+            path = "/contexts" if port == "49999" else "/envs"
+            refused = httpx.get(
+                f"{service.url}{path}", headers={**headers, "X-Access-Token": token}
+            )
+            assert refused.status_code == 401, (port, refused.text)
+        own = {
+            "E2b-Sandbox-Id": sandbox.sandbox_id,
+            "E2b-Sandbox-Port": "49999",
+            "X-Access-Token": token,
+        }
+        for path in ("/../../api/secrets", "/contexts/../../../api/desktops", "/nothing"):
+            escaped = httpx.get(f"{service.url}{path}", headers=own)
+            assert escaped.status_code == 404, (path, escaped.text)
+        assert (
+            httpx.get(f"{service.url}/api/desktops", headers={"X-Access-Token": token}).status_code
+            == 401
+        )
+    finally:
+        other.kill()
+
+
+def test_what_cubicle_cannot_do_is_refused_by_name(e2b_env, service):
+    with pytest.raises(SandboxException, match="custom templates"):
+        Sandbox.create(template="my-own-template")
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="not-the-token")
+    sbx = Sandbox.create(timeout=60)
+    try:
+        with pytest.raises(SandboxException, match="pausing a sandbox"):
+            sbx.pause()
+    finally:
+        assert Sandbox.kill(sbx.sandbox_id)
+    assert not Sandbox.kill(sbx.sandbox_id)  # gone: E2B's answer is False
+    assert not sbx.is_running()
+    headers = {"E2b-Sandbox-Id": "nosuchsandbox", "E2b-Sandbox-Port": "49983"}
+    gone = httpx.get(f"{service.url}/health", headers=headers)
+    assert gone.status_code == 502 and "was not found" in gone.text
+    assert httpx.get(f"{service.url}/healthz").status_code == 200
