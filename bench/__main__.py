@@ -28,6 +28,7 @@ from bench import (
     code,
     create,
     density,
+    e2b,
     egress,
     evals,
     grounding,
@@ -65,6 +66,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "code": code.run,
     "ports": ports.run,
     "egress": egress.run,
+    "e2b": e2b.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"

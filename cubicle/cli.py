@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import logging
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,6 +92,19 @@ https://<port>-<desktop id>.{domain}/ (desktops' ports). Trust it where you open
   Firefox:       Settings > Privacy & Security > Certificates > Import
   Python:        SSL_CERT_FILE={ca}   (httpx: verify=ssl.create_default_context(cafile=...))
   Node.js:       NODE_EXTRA_CA_CERTS={ca}"""
+    )
+    return 0
+
+
+def _e2b_env(args: argparse.Namespace) -> int:
+    """The three exports that point E2B's SDKs at this service."""
+    from cubicle.client.sdk import service_address
+
+    url, token = service_address(args.url, args.token)
+    print(
+        f"export E2B_API_URL={shlex.quote(url)}\n"
+        f"export E2B_SANDBOX_URL={shlex.quote(url)}\n"
+        f"export E2B_API_KEY={shlex.quote(token)}"
     )
     return 0
 
@@ -301,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     ca = commands.add_parser("ca", help="where the service's local CA is, and how to trust it")
     ca.add_argument("--data-dir", help="the service's data directory (CUBICLE_DATA_DIR)")
 
+    e2b = commands.add_parser("e2b", help="point E2B's SDKs at this service")
+    e2b_actions = e2b.add_subparsers(dest="action", required=True)
+    e2b_env = e2b_actions.add_parser("env", help="print the three exports E2B's SDKs read")
+    e2b_env.add_argument("--url", help="the service (CUBICLE_URL, default http://127.0.0.1:8000)")
+    e2b_env.add_argument("--token", help="its token (CUBICLE_TOKEN, default the token file)")
+
     mcp = commands.add_parser("mcp", help="serve MCP on stdin/stdout for a running service")
     mcp.add_argument("--url", help="the service (CUBICLE_URL, default http://127.0.0.1:8000)")
     mcp.add_argument("--token", help="its token (CUBICLE_TOKEN, default the token file)")
@@ -335,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_image(args))
         if args.command == "ca":
             return _ca(args)
+        if args.command == "e2b":
+            return _e2b_env(args)
         return asyncio.run(_desktop(args))
     except CubicleError as exc:
         print(f"cubicle: {exc.message}", file=sys.stderr)

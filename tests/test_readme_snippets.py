@@ -119,3 +119,16 @@ def test_the_ports_snippet_opens_a_dev_server_and_drives_chromium(service, fake_
     assert re.fullmatch(rf"3000-[0-9a-f]{{12}}\.cubicle\.localhost:{port}", host), host
     assert preview.startswith(f"https://{host}/?cubicle_token=preview1.")
     assert heading == "built by the agent"  # read by Playwright in the desktop's Chromium
+
+
+def test_the_e2b_snippet_runs_unchanged_with_the_three_exports(service):
+    env = os.environ | {
+        "E2B_API_URL": service.url,
+        "E2B_SANDBOX_URL": service.url,
+        "E2B_API_KEY": service.token,
+    }
+    ran = subprocess.run(
+        [sys.executable, "-c", snippet("e2b")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.splitlines() == ["hi from user", "2"]

@@ -10,6 +10,10 @@ the code interpreter on port 49999.
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -205,3 +209,22 @@ def test_what_cubicle_cannot_do_is_refused_by_name(e2b_env, service):
     gone = httpx.get(f"{service.url}/health", headers=headers)
     assert gone.status_code == 502 and "was not found" in gone.text
     assert httpx.get(f"{service.url}/healthz").status_code == 200
+
+
+def test_cubicle_e2b_env_prints_what_the_sdks_read(service):
+    """The user's path: `eval "$(cubicle e2b env)"`, then an unmodified E2B program."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+    env |= {"CUBICLE_URL": service.url, "CUBICLE_TOKEN": service.token}
+    cli = f"{shlex.quote(sys.executable)} -m cubicle.cli e2b env"
+    program = (
+        "from e2b import Sandbox\n"
+        "sbx = Sandbox.create()\n"
+        "print(sbx.commands.run('echo through the exports').stdout, end='')\n"
+        "sbx.kill()\n"
+    )
+    script = f'eval "$({cli})" && {shlex.quote(sys.executable)} -c {shlex.quote(program)}'
+    done = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "through the exports\n"

@@ -168,9 +168,11 @@ async def _create(services: Services, body: NewSandbox) -> JSONResponse:
         raise NotSupported("autoPause: Cubicle cannot pause sandboxes yet")
     template = _template(body.templateID)
     timeout_s = _timeout(body.timeout)
-    info = await services.manager.create(
-        CreateDesktop(timeout_s=timeout_s, network=body.allow_internet_access)
-    )
+    request = CreateDesktop(timeout_s=timeout_s, network=body.allow_internet_access)
+    # E2B's sandboxes have the internet by default, the pool's default spares do not:
+    # keep the operator's margin of spares of the kind E2B clients ask for.
+    services.manager.want_warm("e2b", services.settings.warm_pool, request)
+    info = await services.manager.create(request)
     sandbox = services.e2b.add(
         info.id, template, timeout_s, body.metadata, body.envVars, body.allow_internet_access
     )
