@@ -180,19 +180,11 @@ async def _create(services: Services, body: NewSandbox) -> JSONResponse:
 
 
 @router.post("/v2/sandboxes", status_code=201)
-async def create_v2(
+@router.post("/sandboxes", status_code=201)  # as SDKs up to 2.45 call it
+async def create_sandbox(
     body: NewSandbox, services: ServicesDep, key: ApiKey = None, bearer: Bearer = None
 ) -> JSONResponse:
     """E2B's create: a Cubicle desktop, answered as a sandbox."""
-    _key(services, key, bearer)
-    return await _create(services, body)
-
-
-@router.post("/sandboxes", status_code=201)
-async def create_v1(
-    body: NewSandbox, services: ServicesDep, key: ApiKey = None, bearer: Bearer = None
-) -> JSONResponse:
-    """E2B's create as SDKs up to 2.45 call it."""
     _key(services, key, bearer)
     return await _create(services, body)
 
@@ -278,45 +270,34 @@ async def set_timeout(
 ) -> Response:
     """From now, `timeout` seconds (Cubicle's idle timeout: calls keep it alive longer)."""
     _key(services, key, bearer)
-    sandbox, _ = _running(services, sandbox_id)
-    seconds = _timeout(body.timeout)
-    services.manager.extend(sandbox_id, seconds)
-    sandbox.end_at = datetime.now(UTC) + timedelta(seconds=seconds)
+    _extend(services, sandbox_id, body.timeout, shorten=True)
     return Response(status_code=204)
 
 
-async def _connect(
-    sandbox_id: str, body: Connect, services: ServicesDep, key: str | None, bearer: str | None
-) -> dict[str, Any]:
-    _key(services, key, bearer)
+def _extend(services: Services, sandbox_id: str, timeout: int, *, shorten: bool) -> Sandbox:
+    """The running sandbox, its idle timeout `timeout` seconds from now (at least 10);
+    `shorten=False` never brings its end nearer (connect)."""
     sandbox, _ = _running(services, sandbox_id)
-    seconds = _timeout(body.timeout)
+    seconds = _timeout(timeout)
     services.manager.extend(sandbox_id, seconds)
-    sandbox.end_at = max(sandbox.end_at, datetime.now(UTC) + timedelta(seconds=seconds))
-    return _sandbox_body(services, sandbox)
+    end = datetime.now(UTC) + timedelta(seconds=seconds)
+    sandbox.end_at = end if shorten else max(sandbox.end_at, end)
+    return sandbox
 
 
 @router.post("/v2/sandboxes/{sandbox_id}/connect")
-async def connect_v2(
-    sandbox_id: str,
-    body: Connect,
-    services: ServicesDep,
-    key: ApiKey = None,
-    bearer: Bearer = None,
-) -> dict[str, Any]:
-    """Connect to a running sandbox (200); paused ones do not exist here yet."""
-    return await _connect(sandbox_id, body, services, key, bearer)
-
-
 @router.post("/sandboxes/{sandbox_id}/connect")
-async def connect_v1(
+async def connect_sandbox(
     sandbox_id: str,
     body: Connect,
     services: ServicesDep,
     key: ApiKey = None,
     bearer: Bearer = None,
 ) -> dict[str, Any]:
-    return await _connect(sandbox_id, body, services, key, bearer)
+    """Connect to a running sandbox (200) and extend its timeout; paused ones do not exist
+    here yet."""
+    _key(services, key, bearer)
+    return _sandbox_body(services, _extend(services, sandbox_id, body.timeout, shorten=False))
 
 
 def _missing(what: str) -> Callable[..., Coroutine[Any, Any, Response]]:
