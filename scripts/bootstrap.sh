@@ -36,6 +36,21 @@ else
     echo "==> Debian packages: all ${#packages[@]} installed"
 fi
 
+# E2B's JavaScript SDK, which the tests drive against the service (tests/e2b_js).
+if [ "$mode" = test ]; then
+    if ! command -v npm >/dev/null; then
+        echo "==> installing npm"
+        sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+        $sudo apt-get install -y -q --no-install-recommends npm
+    fi
+    if [ ! -d tests/e2b_js/node_modules ] || [ tests/e2b_js/package-lock.json -nt tests/e2b_js/node_modules ]; then
+        echo "==> installing E2B's JavaScript SDK for the tests (npm ci)"
+        (cd tests/e2b_js && npm ci --no-audit --no-fund --loglevel=error)
+    else
+        echo "==> E2B's JavaScript SDK: installed"
+    fi
+fi
+
 # Debian's interpreter, so python3-gi (AT-SPI) is importable from the virtualenv.
 if [ ! -x .venv/bin/python ]; then
     echo "==> creating .venv"

@@ -10,12 +10,14 @@ the code interpreter on port 49999.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -228,3 +230,27 @@ def test_cubicle_e2b_env_prints_what_the_sdks_read(service):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "through the exports\n"
+
+
+JS = Path(__file__).resolve().parents[1] / "e2b_js"
+
+
+def test_the_javascript_sdk_runs_its_quickstart(service):
+    """npm's `e2b` (pinned in tests/e2b_js/package.json), under Node, unmodified."""
+    assert (JS / "node_modules" / "e2b").is_dir(), "scripts/bootstrap.sh test installs it"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+    env |= {
+        "E2B_API_URL": service.url,
+        "E2B_SANDBOX_URL": service.url,
+        "E2B_API_KEY": service.token,
+    }
+    done = subprocess.run(
+        ["node", "sandbox.mjs"], cwd=JS, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout)
+    assert seen["stdout"] == "hello from user in /home/user\n"
+    assert seen["streamed"] == "1\n2\n3\n" and seen["exitCode"] == 4
+    assert seen["text"] == "written by node" and seen["listed"] == ["note.txt"]
+    assert seen["found"] == [seen["id"]]
+    assert seen["host"] == f"3000-{seen['id']}.cubicle.localhost:{service.url.rsplit(':', 1)[1]}"
