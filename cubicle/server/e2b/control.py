@@ -59,7 +59,8 @@ class _E2bRoute(APIRoute):
         return handle
 
 
-router = APIRouter(tags=["e2b"], route_class=_E2bRoute)
+router = APIRouter(route_class=_E2bRoute, include_in_schema=False)
+"""E2B's routes, in E2B's shapes: its own OpenAPI spec describes them, not Cubicle's."""
 
 
 class NewSandbox(BaseModel):
