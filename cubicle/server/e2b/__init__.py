@@ -72,7 +72,6 @@ class Sandboxes:
         timeout_s: int,
         metadata: dict[str, str],
         env: dict[str, str],
-        internet: bool,
     ) -> Sandbox:
         now = datetime.now(UTC)
         sandbox = Sandbox(
@@ -83,7 +82,6 @@ class Sandboxes:
             end_at=now + timedelta(seconds=timeout_s),
             metadata=metadata,
             env=env,
-            internet=internet,
         )
         self._by_id[sandbox_id] = sandbox
         self._envd[sandbox_id] = Envd(sandbox)

@@ -174,9 +174,7 @@ async def _create(services: Services, body: NewSandbox) -> JSONResponse:
     # keep the operator's margin of spares of the kind E2B clients ask for.
     services.manager.want_warm("e2b", services.settings.warm_pool, request)
     info = await services.manager.create(request)
-    sandbox = services.e2b.add(
-        info.id, template, timeout_s, body.metadata, body.envVars, body.allow_internet_access
-    )
+    sandbox = services.e2b.add(info.id, template, timeout_s, body.metadata, body.envVars)
     return JSONResponse(_sandbox_body(services, sandbox), status_code=201)
 
 
@@ -192,14 +190,13 @@ async def create_sandbox(
 
 def _listed(services: Services, metadata: str | None, state: str | None) -> list[dict[str, Any]]:
     wanted = dict(parse_qsl(metadata or ""))
-    states = set((state or "running").split(","))
+    if "running" not in (state or "running").split(","):
+        return []  # only running sandboxes exist here
     found = []
     for sandbox in services.e2b.all():
         try:
             _, info = _running(services, sandbox.sandbox_id)
         except CubicleError:
-            continue
-        if "running" not in states:
             continue
         if any(sandbox.metadata.get(k) != v for k, v in wanted.items()):
             continue

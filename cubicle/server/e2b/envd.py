@@ -477,11 +477,3 @@ def _connect_error(exc: ConnectError) -> Response:
 
 def _plain_error(status: int, message: str) -> Response:
     return JSONResponse({"code": status, "message": message}, status)
-
-
-def token_of(scope: Scope) -> str | None:
-    """The request's `X-Access-Token`, or the signature-less `?access_token`: None."""
-    for key, value in scope.get("headers", []):
-        if key == b"x-access-token":
-            return value.decode("latin-1")
-    return None

@@ -27,4 +27,3 @@ class Sandbox:
     end_at: datetime
     metadata: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
-    internet: bool = True

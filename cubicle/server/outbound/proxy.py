@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import h11
+from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from cubicle.protocol.service import DesktopEgress, EgressRefusal, is_cidr
@@ -74,7 +75,7 @@ class Tenant:
     hosts: dict[str, str]
     directory: Path
     """Owner-only: the leaf certificates for the names it reached (keys never leave it)."""
-    ca_cert: object = None
+    ca_cert: x509.Certificate | None = None
     ca_key: ec.EllipticCurvePrivateKey | None = None
     leaf_key: ec.EllipticCurvePrivateKey | None = None
     refused: collections.deque[EgressRefusal] = field(
@@ -87,7 +88,7 @@ class Tenant:
     @property
     def trust_pem(self) -> bytes | None:
         """The CA the desktop trusts, when it has secrets (TLS is ended here)."""
-        return certs.pem(self.ca_cert) if self.ca_cert is not None else None  # type: ignore[arg-type]
+        return certs.pem(self.ca_cert) if self.ca_cert is not None else None
 
     def server_context(self, name: str) -> ssl.SSLContext:
         """TLS towards the desktop for `name`, with a certificate its CA issues once."""
@@ -96,7 +97,7 @@ class Tenant:
             if context is not None:
                 return context
             assert self.ca_cert is not None and self.ca_key is not None
-            cert, key = certs.issue(self.ca_cert, self.ca_key, [name], key=self.leaf_key)  # type: ignore[arg-type]
+            cert, key = certs.issue(self.ca_cert, self.ca_key, [name], key=self.leaf_key)
             self.leaf_key = key
             safe = name.replace("/", "_").replace("*", "_")
             cert_path, key_path = self.directory / f"{safe}.pem", self.directory / "leaf-key.pem"

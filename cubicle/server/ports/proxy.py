@@ -221,15 +221,7 @@ class PortProxy:
             for key, value in scope["headers"]
             if key not in (b"authorization", b"x-access-token", b"e2b-traffic-access-token")
         ]
-        inner = inside.marked(
-            {
-                **scope,
-                "path": inner_path.decode("latin-1"),
-                "raw_path": inner_path,
-                "query_string": query,
-                "headers": headers,
-            }
-        )
+        inner = inside.marked({**_at(scope, inner_path, query), "headers": headers})
         await self.app(inner, receive, send)
 
 
@@ -244,10 +236,9 @@ async def _envd(
             scope, receive, send, 502, f"The sandbox {target.desktop_id} was not found"
         )
         return
-    inner = {**scope, "path": target.path.split(b"?", 1)[0].decode("latin-1")}
-    inner["raw_path"] = target.path.split(b"?", 1)[0]
-    inner["query_string"] = target.path.split(b"?", 1)[1] if b"?" in target.path else b""
-    if inner["path"] != "/health" and not _e2b_token_ok(services, target.desktop_id, scope):
+    path, _, query = target.path.partition(b"?")
+    inner = _at(scope, path, query)
+    if path != b"/health" and not _e2b_token_ok(services, target.desktop_id, scope):
         await _refuse_e2b(scope, receive, send, 401, "the sandbox's access token is missing")
         return
     try:
@@ -258,6 +249,12 @@ async def _envd(
         )
         return
     await envd(guest, inner, receive, send)
+
+
+def _at(scope: Scope, path: bytes, query: bytes) -> Scope:
+    """`scope` addressed to `path?query` (a port's own path, or the service route that
+    answers for it)."""
+    return {**scope, "path": path.decode("latin-1"), "raw_path": path, "query_string": query}
 
 
 def _e2b_token_ok(services: Services, desktop_id: str, scope: Scope) -> bool:
