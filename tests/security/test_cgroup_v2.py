@@ -41,6 +41,7 @@ def test_limits_hold_on_cgroup_v2_as_root_and_as_a_delegated_user(tmp_path):
         forked = int(found["fork_out"].split()[1])
         assert forked < 32 and found["pids_refused"] >= 1, (label, found)
         assert found["memory_exit"] == -9 and found["oom_kills"] >= 1, (label, found)
-        assert found["removed"], found
+        assert found["frozen_still"] and found["thawed_moved"], (label, found)  # pause
+        assert found["removed"], found  # killed while frozen, and gone
     assert results["user"]["uid"] == 1000
     assert "V2EXIT 0" in console

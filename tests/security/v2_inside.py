@@ -11,7 +11,8 @@ The guest boots Debian's cloud kernel with the unified hierarchy mounted at
 
 Each time it makes a desktop's cgroup with the real code, starts a fork bomb and a memory
 bomb in it through the real join command, and reports what the kernel counted, as one
-line: `V2RESULT {json}`.
+line: `V2RESULT {json}`; then it freezes and thaws the desktop with a counting process in
+it, and kills it frozen.
 """
 
 from __future__ import annotations
@@ -49,6 +50,35 @@ print("held", len(chunks) * 16, flush=True)
 """
 
 
+TICKER = """
+import os, sys, time
+n = 0
+while True:
+    n += 1
+    with open(sys.argv[1] + ".new", "w") as f:
+        f.write(str(n))
+    os.replace(sys.argv[1] + ".new", sys.argv[1])
+    time.sleep(0.05)
+"""
+
+
+def check_freeze(desktop, python: list[str], tick: Path) -> dict:
+    """Freeze a desktop with a counting process in it, then thaw it: did it stop and go on?"""
+    ticker = subprocess.Popen([*desktop.join_argv(), *python, TICKER, str(tick)])
+    deadline = time.monotonic() + 30
+    while not tick.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    desktop.freeze(True)
+    frozen_at = tick.read_text()
+    time.sleep(0.5)
+    still = tick.read_text() == frozen_at
+    desktop.freeze(False)
+    time.sleep(0.5)
+    moved = int(tick.read_text()) > int(frozen_at)
+    desktop.freeze(True)  # left frozen: the end of the test kills a frozen desktop
+    return {"ticker_pid": ticker.pid, "frozen_still": still, "thawed_moved": moved}
+
+
 def play_service(label: str) -> dict:
     """Detect the hierarchy, make a desktop's cgroup, bomb it; what happened."""
     started = time.monotonic()
@@ -64,6 +94,7 @@ def play_service(label: str) -> dict:
         [*desktop.join_argv(), *python, MEMORY_BOMB], capture_output=True, text=True, timeout=120
     )
     stats = desktop.stats()
+    frozen = check_freeze(desktop, python, Path(f"/tmp/tick-{label}"))
     own = (ROOT / Path(cgroups.own_cgroups()[""]).relative_to("/")).as_posix()
     result = {
         "label": label,
@@ -82,6 +113,7 @@ def play_service(label: str) -> dict:
         "pids_max": (desktop.paths[0] / "pids.max").read_text().strip(),
         "cpu_max": (desktop.paths[0] / "cpu.max").read_text().strip(),
         "parent_memory_max": (hierarchy.parents[0] / "memory.max").read_text().strip(),
+        **frozen,
     }
     desktop.kill_all()
     result["removed"] = not desktop.paths[0].exists()

@@ -9,7 +9,8 @@ the service-wide caps. Each desktop then gets a cgroup of its own below it.
     cgroup v2    <own>/service   (this process moves here: v2 allows no process in a
                  <own>/desktops   cgroup whose controllers are handed down)
                  <own>/desktops/<id>
-    cgroup v1    <controller>/<own>/cubicle-<pid>/<id>, for memory, pids (and cpu)
+    cgroup v1    <controller>/<own>/cubicle-<pid>/<id>, for memory, pids (and cpu), and
+                 freezer where it is mounted (pausing a desktop stops its processes there)
 
 CPU: only a service that caps each desktop's CPU (`CUBICLE_CPU_CORES`) puts desktops in
 the cpu controller (`cpu.max`, and `cpu.weight` among them). Otherwise a desktop's
@@ -34,6 +35,9 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
+FREEZER = "freezer"
+"""cgroup v1's controller that stops a cgroup's processes; v2 has `cgroup.freeze` built in."""
+FREEZE_TIMEOUT_S = 5.0
 
 
 class CgroupUnavailable(Exception):
@@ -139,6 +143,40 @@ class Cgroup:
         name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
         return _read_int(self._controller("memory") / name)
 
+    @property
+    def can_freeze(self) -> bool:
+        """Whether `freeze` works here: always on v2, with the freezer controller on v1."""
+        return self.version == 2 or FREEZER in self.controllers
+
+    def freeze(self, frozen: bool, timeout_s: float = FREEZE_TIMEOUT_S) -> None:
+        """Stop every process in the cgroup where it stands (`frozen`), or let them all run
+        on; returns once the kernel reports it done. A frozen process uses no CPU and keeps
+        its memory; its children are born frozen. `TimeoutError` if the kernel did not
+        finish in `timeout_s` (a process stuck in an uninterruptible wait)."""
+        if self.version == 2:
+            path = self.paths[0]
+            _write(path / "cgroup.freeze", "1" if frozen else "0")
+
+            def done() -> bool:
+                return _read_int(path / "cgroup.events", "frozen") == int(frozen)
+        else:
+            state = self._controller(FREEZER) / "freezer.state"
+            want = "FROZEN" if frozen else "THAWED"
+            _write(state, want)
+
+            def done() -> bool:
+                if state.read_text().strip() == want:
+                    return True
+                _write(state, want)  # v1 retries only when asked again
+                return False
+
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if time.monotonic() > deadline:
+                word = "freeze" if frozen else "thaw"
+                raise TimeoutError(f"the kernel did not {word} {self.paths[0]} in {timeout_s} s")
+            time.sleep(0.002)
+
     def stats(self) -> CgroupStats:
         memory, pids = self._controller("memory"), self._controller("pids")
         if self.version == 2:
@@ -163,6 +201,10 @@ class Cgroup:
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+            if self.version == 1 and FREEZER in self.controllers:
+                # v1 delivers no signal to a frozen process: thaw it to let it die
+                with contextlib.suppress(OSError):
+                    _write(self._controller(FREEZER) / "freezer.state", "THAWED")
             time.sleep(0.01)
         for path in self.paths:
             _rmdir(path, timeout_s=1.0)
@@ -229,6 +271,11 @@ class Hierarchy:
                 )
             _sweep(base)
             parents.append(base / f"cubicle-{os.getpid()}")
+        freezer = root / FREEZER / own.get(FREEZER, "/").lstrip("/")
+        if _writable(freezer):  # optional: without it desktops cannot pause
+            _sweep(freezer)
+            parents.append(freezer / f"cubicle-{os.getpid()}")
+            controllers = (*controllers, FREEZER)
         for path in parents:
             path.mkdir(exist_ok=True)
         note = "cgroup v1 under " + ", ".join(str(p) for p in parents)
@@ -310,7 +357,8 @@ class Hierarchy:
                 if limits.cpu_cores is not None:
                     _write(path / "cpu.max", f"{int(limits.cpu_cores * 100_000)} 100000")
             return
-        memory, pids, *cpu_paths = paths
+        by_name = dict(zip(self.controllers, paths, strict=True))
+        memory, pids, cpu = by_name["memory"], by_name["pids"], by_name.get("cpu")
         if limits.memory_mb is not None:
             limit = str(limits.memory_mb * 1024 * 1024)
             # memsw (memory + swap) must stay >= the memory limit: raise it first, lower after.
@@ -319,9 +367,8 @@ class Hierarchy:
                 _write(memory / "memory.memsw.limit_in_bytes", limit)
         if limits.max_pids is not None:
             _write(pids / "pids.max", str(limits.max_pids))
-        if not cpu_paths:
+        if cpu is None:
             return
-        (cpu,) = cpu_paths
         _write(cpu / "cpu.shares", str(max(2, limits.cpu_weight * 1024 // 100)))
         if limits.cpu_cores is not None:
             _write(cpu / "cpu.cfs_period_us", "100000")
