@@ -29,6 +29,7 @@ def test_public_names_are_pinned():
         "DesktopGone",
         "DesktopInfo",
         "DesktopNotFound",
+        "DesktopPaused",
         "DesktopStarting",
         "DesktopUnavailable",
         "DiskFull",

@@ -132,3 +132,9 @@ def test_the_e2b_snippet_runs_unchanged_with_the_three_exports(service):
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.stdout.splitlines() == ["hi from user", "2"]
+
+
+def test_the_pause_snippet_pauses_and_resumes_with_the_editor_open(service, fake_vendor):
+    paused, resumed = run_snippet("pause", service, fake_vendor).splitlines()
+    assert paused == "paused"
+    assert resumed.startswith("ready") and "Mousepad" in resumed

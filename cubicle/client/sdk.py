@@ -308,11 +308,14 @@ class AsyncDesktop:
         token: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> AsyncDesktop:
-        """Attach to a desktop that already runs (`transport`: as in `create`)."""
+        """Attach to a desktop that already runs, resuming it if it is paused
+        (`transport`: as in `create`)."""
         api = _Api(base_url, token, timeout_s=120, transport=transport)
         try:
             path = f"/api/desktops/{quote(desktop_id, safe='')}"  # any text: a 404, not a bad URL
             info = await api.model(DesktopInfo, "GET", path)
+            if info.status == "paused":
+                info = await api.model(DesktopInfo, "POST", f"{path}/resume")
         except BaseException:
             await api.close()
             raise
@@ -335,6 +338,18 @@ class AsyncDesktop:
     async def set_timeout(self, timeout_s: int) -> None:
         """Stop the desktop after `timeout_s` idle seconds from now."""
         self.info = await self._model(DesktopInfo, "POST", "timeout", json={"timeout_s": timeout_s})
+
+    async def pause(self, *, keep_memory: bool = True) -> None:
+        """Freeze the desktop where it stands until `resume()`: its programs, windows and
+        memory stay as they are and use no CPU; other calls to it fail with
+        `DesktopPaused` meanwhile. `Conflict` if it is paused already."""
+        self.info = await self._model(
+            DesktopInfo, "POST", "pause", json={"keep_memory": keep_memory}
+        )
+
+    async def resume(self) -> None:
+        """Let a paused desktop run on from where it stopped."""
+        self.info = await self._model(DesktopInfo, "POST", "resume")
 
     async def kill(self) -> None:
         """Stop the desktop and close the connection."""
@@ -834,6 +849,8 @@ class Desktop:
 
     refresh = _blocking(AsyncDesktop.refresh)
     set_timeout = _blocking(AsyncDesktop.set_timeout)
+    pause = _blocking(AsyncDesktop.pause)
+    resume = _blocking(AsyncDesktop.resume)
     kill = _blocking(AsyncDesktop.kill)
     close = _blocking(AsyncDesktop.close)
     actions = _blocking(AsyncDesktop.actions)

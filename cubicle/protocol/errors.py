@@ -130,6 +130,12 @@ class DesktopGone(DesktopUnavailable):
     code = "desktop_gone"
 
 
+class DesktopPaused(DesktopUnavailable):
+    """The desktop is paused: nothing in it runs until it is resumed."""
+
+    code = "desktop_paused"
+
+
 class CapacityReached(CubicleError):
     code = "capacity_reached"
 
@@ -237,6 +243,7 @@ STATUS: dict[type[CubicleError], int] = {
     PayloadTooLarge: 413,
     DiskFull: 507,
     DesktopStarting: 409,
+    DesktopPaused: 409,
     DesktopGone: 410,
     DesktopUnavailable: 409,
     CapacityReached: 429,

@@ -12,7 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from cubicle.protocol import actions as a
 from cubicle.protocol.models import Screen
 
-DesktopStatus = Literal["starting", "ready", "failed", "stopped"]
+DesktopStatus = Literal["starting", "ready", "paused", "failed", "stopped"]
 
 
 NodeLabelKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,251}[A-Za-z0-9])?$")]
@@ -254,6 +254,16 @@ class CreateDesktop(BaseModel):
     resolves these names the same way."""
 
 
+class PauseDesktop(BaseModel):
+    """`POST /api/desktops/{id}/pause`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep_memory: bool = True
+    """Keep the desktop's processes and memory, frozen where they stand (resume picks up
+    exactly there). False (processes end, the disk is kept) is not built yet: refused."""
+
+
 class DesktopInfo(BaseModel):
     id: str
     status: DesktopStatus
@@ -263,7 +273,9 @@ class DesktopInfo(BaseModel):
     timeout_s: int
     """Idle seconds before the desktop is stopped."""
     expires_at: datetime | None = None
-    """When the desktop stops if nothing touches it."""
+    """When the desktop stops if nothing touches it (a paused one waits until resumed)."""
+    paused_at: datetime | None = None
+    """When it was paused, while it is."""
     reason: str | None = None
     """Why the desktop failed or stopped."""
     degraded: str | None = None

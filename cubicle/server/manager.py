@@ -24,9 +24,11 @@ from datetime import UTC, datetime, timedelta
 from cubicle.protocol import actions as a
 from cubicle.protocol.errors import (
     CapacityReached,
+    Conflict,
     CubicleError,
     DesktopGone,
     DesktopNotFound,
+    DesktopPaused,
     DesktopStarting,
     DiskFull,
     InvalidRequest,
@@ -95,6 +97,9 @@ class _Desktop:
     """Its own egress rules."""
     secrets: list[str] = field(default_factory=list)
     """The secrets it uses through the egress proxy."""
+    paused_at: datetime | None = None
+    pausing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while it pauses or resumes: one at a time."""
 
     def info(self, domain: str) -> DesktopInfo:
         expires = None
@@ -109,6 +114,7 @@ class _Desktop:
             created_at=self.created_at,
             timeout_s=self.timeout_s,
             expires_at=expires,
+            paused_at=self.paused_at,
             reason=self.reason,
             degraded=self.degraded,
             startup_ms=self.startup_ms,
@@ -242,7 +248,8 @@ class SandboxManager:
         )
 
     def _running(self) -> int:
-        return sum(d.status in ("starting", "ready") for d in self._desktops.values())
+        """Desktops that hold a place: starting, ready, or paused (memory still held)."""
+        return sum(d.status in ("starting", "ready", "paused") for d in self._desktops.values())
 
     def _check_maxima(self, request: CreateDesktop) -> None:
         """Refuse asks over the operator's per-desktop maxima (422, naming the setting)."""
@@ -275,8 +282,9 @@ class SandboxManager:
         running = self._running()
         if running >= self.settings.max_desktops:
             raise CapacityReached(
-                f"{running} desktops are running, the limit is {self.settings.max_desktops}: "
-                "kill one (DELETE /api/desktops/{id}) or raise CUBICLE_MAX_DESKTOPS"
+                f"{running} desktops are running or paused, the limit is "
+                f"{self.settings.max_desktops}: kill one (DELETE /api/desktops/{{id}}) or raise "
+                "CUBICLE_MAX_DESKTOPS"
             )
         record = await self._take_warm(request)
         if record is None:
@@ -490,7 +498,7 @@ class SandboxManager:
                 log.warning("desktop %s degraded: %s", record.spec.id, event.reason)
                 record.degraded = event.reason
         reason = await record.sandbox.wait()
-        if record.status == "ready":
+        if record.status in ("ready", "paused"):
             log.warning("desktop %s failed: %s", record.spec.id, reason)
             await self._end(record, "failed", reason)
 
@@ -536,6 +544,11 @@ class SandboxManager:
         record = self._record(desktop_id)
         if record.status == "starting":
             raise DesktopStarting(f"desktop {desktop_id} is still starting: retry in a moment")
+        if record.status == "paused":
+            raise DesktopPaused(
+                f"desktop {desktop_id} is paused: resume it first "
+                f"(POST /api/desktops/{desktop_id}/resume, or the SDK's resume())"
+            )
         if record.status != "ready" or record.client is None:
             raise DesktopGone(f"desktop {desktop_id} is {record.status}: {record.reason}")
         if touch:
@@ -568,6 +581,41 @@ class SandboxManager:
         record = self._record(desktop_id)
         assert record.sandbox is not None  # a ready desktop has one
         return await self.runtime(record.runtime).snapshot(record.sandbox, name)
+
+    async def pause(self, desktop_id: str, *, keep_memory: bool = True) -> DesktopInfo:
+        """Freeze a ready desktop where it stands until `resume`: its processes, windows and
+        memory stay as they are and use no CPU; calls to it answer `DesktopPaused` and its
+        idle timeout stops counting. Pausing a paused desktop is a `Conflict`."""
+        if not keep_memory:
+            raise NotSupported(
+                "pausing without memory (keep_memory: false: processes end, the disk is "
+                "kept) is not built yet: pause with keep_memory true"
+            )
+        record = self._record(desktop_id)
+        async with record.pausing:  # one pause or resume at a time
+            if record.status == "paused":
+                raise Conflict(f"desktop {desktop_id} is already paused")
+            self.guest(desktop_id, touch=False)  # ready, or the reason it is not
+            assert record.sandbox is not None
+            await record.sandbox.pause()
+            record.status, record.paused_at = "paused", datetime.now(UTC)
+        log.info("desktop %s paused", desktop_id)
+        return record.info(self.settings.port_domain)
+
+    async def resume(self, desktop_id: str) -> DesktopInfo:
+        """Let a paused desktop run on from where it stopped; its idle timeout counts again
+        from now. Resuming a desktop that runs changes nothing."""
+        record = self._record(desktop_id)
+        async with record.pausing:
+            if record.status != "paused":
+                self.guest(desktop_id)  # ready, or the reason it is not
+                return record.info(self.settings.port_domain)
+            assert record.sandbox is not None
+            await record.sandbox.resume()
+            record.status, record.paused_at = "ready", None
+            record.last_used = time.monotonic()
+        log.info("desktop %s resumed", desktop_id)
+        return record.info(self.settings.port_domain)
 
     def hold(self, desktop_id: str, holder: object) -> None:
         """Keep a ready desktop alive past its idle timeout until `release(…, holder)`."""

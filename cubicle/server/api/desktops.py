@@ -46,6 +46,7 @@ from cubicle.protocol.service import (
     DesktopEgress,
     DesktopInfo,
     DesktopNetwork,
+    PauseDesktop,
     SetTimeout,
     SnapshotInfo,
     TakeSnapshot,
@@ -116,6 +117,22 @@ async def get_network(desktop_id: str, manager: ManagerDep) -> DesktopNetwork:
 async def take_snapshot(desktop_id: str, body: TakeSnapshot, manager: ManagerDep) -> SnapshotInfo:
     """Save the desktop as it is; `POST /api/desktops {"snapshot": name}` starts copies."""
     return await manager.snapshot(desktop_id, body.name)
+
+
+@router.post("/{desktop_id}/pause")
+async def pause_desktop(
+    desktop_id: str, manager: ManagerDep, body: Annotated[PauseDesktop | None, Body()] = None
+) -> DesktopInfo:
+    """Freeze the desktop where it stands (processes, windows, memory) until resumed: it
+    uses no CPU, its calls answer 409 `desktop_paused`, its idle timeout stops. 409 if
+    it is paused already."""
+    return await manager.pause(desktop_id, keep_memory=(body or PauseDesktop()).keep_memory)
+
+
+@router.post("/{desktop_id}/resume")
+async def resume_desktop(desktop_id: str, manager: ManagerDep) -> DesktopInfo:
+    """Let a paused desktop run on from where it stopped (a running one: unchanged)."""
+    return await manager.resume(desktop_id)
 
 
 @router.post("/{desktop_id}/actions", response_model=a.ActionsResponse)

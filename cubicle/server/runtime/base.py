@@ -139,6 +139,19 @@ class Sandbox(abc.ABC):
     async def stop(self) -> None:
         """End the sandbox and everything in it, and free its resources; idempotent."""
 
+    async def pause(self) -> None:
+        """Stop everything in the sandbox where it stands, memory kept, until `resume`:
+        no CPU is used meanwhile. `NotSupported` where the runtime cannot."""
+        raise NotSupported(
+            "this runtime cannot pause desktops yet: use the local or microvm runtime"
+        )
+
+    async def resume(self) -> None:
+        """Let a paused sandbox run on from where it stopped."""
+        raise NotSupported(
+            "this runtime cannot pause desktops yet: use the local or microvm runtime"
+        )
+
     async def foreground(self) -> None:  # noqa: B027 - runtimes without priorities ignore it
         """Raise a sandbox started `nice` to normal priority; idempotent."""
 

@@ -36,6 +36,8 @@ from cubicle.protocol.errors import (
     CapacityReached,
     Conflict,
     InvalidRequest,
+    NotSupported,
+    SandboxError,
     SandboxStartError,
 )
 from cubicle.protocol.models import GuestEvent
@@ -99,6 +101,7 @@ class LocalSandbox(Sandbox):
         self.niced = spec.nice > 0 and priority.can_raise()
         self.child_pid: int | None = None
         """The sandbox's first process (bwrap's child), once bwrap said it."""
+        self.paused = False
 
     def set_egress(self, rules: SandboxEgress) -> None:
         if self.network is None:
@@ -145,6 +148,30 @@ class LocalSandbox(Sandbox):
                 return self.cgroup.pids()
         return [self._process.pid]
 
+    async def pause(self) -> None:
+        cgroup = self.cgroup
+        if cgroup is None or not cgroup.can_freeze:
+            raise NotSupported(
+                "this host gives desktops no cgroup freezer (cgroup v2, or v1's freezer "
+                "controller mounted and writable), so they cannot pause"
+            )
+        try:
+            await asyncio.to_thread(cgroup.freeze, True)
+        except (OSError, TimeoutError) as exc:
+            with contextlib.suppress(OSError, TimeoutError):
+                await asyncio.to_thread(cgroup.freeze, False)
+            raise SandboxError(f"desktop {self.id} could not be paused: {exc}") from exc
+        self.paused = True
+
+    async def resume(self) -> None:
+        if not self.paused or self.cgroup is None:
+            return
+        try:
+            await asyncio.to_thread(self.cgroup.freeze, False)
+        except (OSError, TimeoutError) as exc:
+            raise SandboxError(f"desktop {self.id} could not be resumed: {exc}") from exc
+        self.paused = False
+
     async def foreground(self) -> None:
         if not self.niced:
             return
@@ -163,6 +190,9 @@ class LocalSandbox(Sandbox):
         self._stopped = True
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self._process.pid, signal.SIGKILL)
+        if self.paused and self.cgroup is not None:  # cgroup v1 kills no frozen process
+            with contextlib.suppress(OSError, TimeoutError):
+                await asyncio.to_thread(self.cgroup.freeze, False)
         if self.network is not None:
             await self.network.stop()
         await self._process.wait()

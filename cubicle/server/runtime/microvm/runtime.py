@@ -61,6 +61,12 @@ class MicroVmSandbox(Sandbox):
     async def stop(self) -> None:
         await self.vm.stop()
 
+    async def pause(self) -> None:
+        await self.vm.pause()
+
+    async def resume(self) -> None:
+        await self.vm.resume()
+
     def pids(self) -> list[int]:
         return self.vm.pids()
 

@@ -42,7 +42,8 @@ class MicroVm:
         self._watchdog: asyncio.Task | None = None
         self.egress: Egress | None = None
         self.paused = False
-        """Set while the VM is paused on purpose (a snapshot being saved): no pings then."""
+        """Set while the VM is paused on purpose (paused by its user, or a snapshot being
+        saved): no pings then."""
 
     @classmethod
     async def launch(
@@ -111,6 +112,21 @@ class MicroVm:
                 log.warning("desktop %s: %s", self.id, self._failure)
                 await self.vm.stop()
                 return
+
+    async def pause(self) -> None:
+        """Stop the VM's CPUs (QEMU's `stop`): its memory stays, nothing in it runs, and
+        the watchdog stops pinging until `resume`."""
+        self.paused = True
+        try:
+            await self.vm.qmp.execute("stop")
+        except BaseException:
+            self.paused = False
+            raise
+
+    async def resume(self) -> None:
+        await self.vm.qmp.execute("cont")
+        self.channel.last_pong = time.monotonic()
+        self.paused = False
 
     async def events(self) -> AsyncIterator[dict]:
         async for event in self.channel.events():

@@ -1,0 +1,184 @@
+"""Pause and resume: a paused desktop keeps its programs, windows and memory exactly as they
+were, runs nothing meanwhile, answers its calls with a clear 409, and picks up where it
+stopped when resumed, ten times in a row. In both runtimes (cgroup freezer, QEMU `stop`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from cubicle.server.runtime import cgroups
+from tests.conftest import create_desktop, patience, wait_until
+
+BOTH_RUNTIMES = True
+
+UNSAVED = "paused, not saved: héllo ✓"
+# A process that holds a number in memory only and writes it out five times a second: the
+# number going on from where it was (not from zero) shows the same process, memory and all.
+TICKER = (
+    "import os, time\n"
+    "n = 0\n"
+    "while True:\n"
+    "    n += 1\n"
+    "    open('/tmp/tick.new', 'w').write(f'{os.getpid()} {n}')\n"
+    "    os.replace('/tmp/tick.new', '/tmp/tick')\n"
+    "    time.sleep(0.2)\n"
+)
+
+
+def _exec(api, desktop_id: str, command: str) -> str:
+    response = api.post(
+        f"/api/desktops/{desktop_id}/exec", json={"command": command, "timeout_s": 60}
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["stdout"]
+
+
+def _tick(api, desktop_id: str) -> tuple[int, int]:
+    pid, count = _exec(api, desktop_id, "cat /tmp/tick").split()
+    return int(pid), int(count)
+
+
+def _act(api, desktop_id: str, *actions: dict) -> None:
+    response = api.post(f"/api/desktops/{desktop_id}/actions", json=list(actions))
+    assert response.status_code == 200, response.text
+
+
+def _editor_text(api, desktop_id: str) -> str:
+    """What the editor holds, as a person would copy it: select all, copy, read (once the
+    clipboard changed: the editor takes it a moment after the keys)."""
+    clipboard = f"/api/desktops/{desktop_id}/clipboard"
+    assert api.put(clipboard, json={"text": "-"}).status_code == 204
+    _act(api, desktop_id, {"type": "key", "keys": "ctrl+a"}, {"type": "key", "keys": "ctrl+c"})
+    return wait_until(lambda: (t := api.get(clipboard).json()["text"]) != "-" and t, 5)
+
+
+def _windows(api, desktop_id: str) -> list[tuple[str, str]]:
+    answer = api.get(f"/api/desktops/{desktop_id}/windows").json()
+    return sorted((w["app"], w["title"]) for w in answer)
+
+
+def test_ten_pauses_lose_nothing(api, desktop):
+    desktop_id = desktop["id"]
+    base = f"/api/desktops/{desktop_id}"
+    assert api.put(f"{base}/files", params={"path": "~/kept.txt"}, content=b"kept").is_success
+    api.put(f"{base}/files", params={"path": "~/ticker.py"}, content=TICKER.encode())
+    _exec(api, desktop_id, "setsid python3 ~/ticker.py >/dev/null 2>&1 < /dev/null &")
+    wait = patience(desktop, 10)
+    wait_until(lambda: _exec(api, desktop_id, "cat /tmp/tick 2>/dev/null"), wait, what="ticks")
+    api.post(f"{base}/launch", json={"app": "mousepad"})
+    editor = wait_until(
+        lambda: [w for w in api.get(f"{base}/windows").json() if w["app"] == "Mousepad"],
+        patience(desktop, 10),
+        what="a mousepad window",
+    )[0]
+    _act(
+        api,
+        desktop_id,
+        {"type": "wait_for_settle", "quiet_ms": 300},
+        {"type": "click", "x": editor["x"] + 200, "y": editor["y"] + 200},
+        {"type": "type", "text": UNSAVED},
+    )
+    assert _editor_text(api, desktop_id) == UNSAVED
+    windows = _windows(api, desktop_id)
+    ticker_pid, _ = _tick(api, desktop_id)
+
+    for _ in range(10):
+        before = _tick(api, desktop_id)
+        paused = api.post(f"{base}/pause", json={})
+        assert paused.status_code == 200, paused.text
+        assert paused.json()["status"] == "paused"
+        assert paused.json()["paused_at"] is not None
+        resumed = api.post(f"{base}/resume")
+        assert resumed.status_code == 200, resumed.text
+        assert resumed.json()["status"] == "ready"
+        after = wait_until(lambda b=before: (t := _tick(api, desktop_id))[1] > b[1] and t, wait)
+        assert after[0] == ticker_pid  # the same process, counting on from where it was
+
+    assert _windows(api, desktop_id) == windows
+    assert _editor_text(api, desktop_id) == UNSAVED
+    assert api.get(f"{base}/files", params={"path": "~/kept.txt"}).content == b"kept"
+    # The ticker never started again: one process, the one from before the first pause.
+    assert _exec(api, desktop_id, "pgrep -f '[t]icker.py'").split() == [str(ticker_pid)]
+
+
+def test_a_paused_desktop_runs_nothing_and_says_so(api, desktop):
+    desktop_id = desktop["id"]
+    base = f"/api/desktops/{desktop_id}"
+    _exec(api, desktop_id, "pgrep -f '[t]icker.py' >/dev/null || setsid python3 ~/ticker.py &")
+    wait_until(lambda: _exec(api, desktop_id, "cat /tmp/tick 2>/dev/null"), patience(desktop, 10))
+    assert api.post(f"{base}/pause").status_code == 200
+    try:
+        for method, path in [("GET", "/screenshot"), ("POST", "/exec"), ("GET", "/cursor")]:
+            answer = api.request(method, base + path, json={"command": "true"})
+            assert answer.status_code == 409, (path, answer.text)
+            assert answer.json()["error"] == "desktop_paused"
+            assert "/resume" in answer.json()["detail"]
+        again = api.post(f"{base}/pause")
+        assert again.status_code == 409 and "already paused" in again.json()["detail"]
+        listed = {d["id"]: d for d in api.get("/api/desktops").json()}
+        assert listed[desktop_id]["status"] == "paused"
+        assert listed[desktop_id]["expires_at"] is None  # the idle timeout waits
+        refused = api.post(f"{base}/pause", json={"keep_memory": False})
+        assert refused.status_code == 422 and "not built yet" in refused.json()["detail"]
+    finally:
+        assert api.post(f"{base}/resume").status_code == 200
+    count = _tick(api, desktop_id)[1]
+    wait_until(lambda: _tick(api, desktop_id)[1] > count, patience(desktop, 10))
+    # resuming a desktop that runs changes nothing
+    assert api.post(f"{base}/resume").json()["status"] == "ready"
+
+
+def _cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total
+
+
+def test_a_paused_desktop_uses_no_cpu_and_others_keep_answering(api):
+    spinning = create_desktop(api)
+    other = create_desktop(api)
+    try:
+        base = f"/api/desktops/{spinning['id']}"
+        _exec(api, spinning["id"], "setsid sh -c 'while :; do :; done' >/dev/null 2>&1 &")
+        group = cgroups.find(spinning["id"])
+        assert group is not None
+        time.sleep(0.5)
+        start = _cpu_ticks(group.pids())
+        time.sleep(0.5)
+        assert _cpu_ticks(group.pids()) - start > 10  # the loop spins: > 0.1 s of CPU
+
+        assert api.post(f"{base}/pause").status_code == 200
+        frozen = _cpu_ticks(group.pids())
+        time.sleep(1.0)
+        assert _cpu_ticks(group.pids()) - frozen <= 1  # nothing ran for a whole second
+        assert api.get(f"/api/desktops/{other['id']}/cursor").status_code == 200
+        assert api.get("/healthz").status_code == 200
+
+        # killing a paused desktop ends everything in it
+        pids = group.pids()
+        assert api.delete(base).status_code == 204
+        wait_until(lambda: not any(_alive(pid) for pid in pids), 10, what="its processes")
+    finally:
+        api.delete(f"/api/desktops/{spinning['id']}")
+        api.delete(f"/api/desktops/{other['id']}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_pausing_unknown_desktops(api):
+    assert api.post("/api/desktops/nope/pause").status_code == 404
+    assert api.post("/api/desktops/nope/resume").status_code == 404
+    bad = api.post("/api/desktops/nope/pause", json={"keep_memory": "sometimes"})
+    assert bad.status_code == 422
