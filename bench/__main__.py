@@ -36,6 +36,7 @@ from bench import (
     live,
     load,
     microvm,
+    pause,
     pointer,
     ports,
     ray,
@@ -67,6 +68,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "ports": ports.run,
     "egress": egress.run,
     "e2b": e2b.run,
+    "pause": pause.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"

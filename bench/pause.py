@@ -1,0 +1,172 @@
+"""`pause`: pause and resume a working desktop, against starting a fresh one.
+
+Ours: a local desktop with an editor and a terminal open, `POST /api/desktops/{id}/pause`
+then `…/resume` and its first answer after (a cursor read: the desktop is usable again),
+each timed through the API with `http.client` on one keep-alive connection. Beside it, in
+the same run and interleaved round by round: what a caller without pause does to get a
+desktop back, a cold create (no warm pool) and its kill, which also loses every open
+program. Also: the CPU the desktop's processes use in five idle seconds running and in
+five seconds paused (their utime + stime from /proc), and the memory its cgroup holds
+running and paused (what a paused local desktop still costs).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from bench._run import Options, Target, progress
+from bench._service import Service, desktop_cgroup_memory_bytes, desktop_pids, running_service
+from bench._stats import Summary, ratio, summarize
+
+_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class PauseResult:
+    pause: Summary
+    """`POST …/pause` on a desktop with an editor and a terminal open."""
+    resume_to_answer: Summary
+    """`POST …/resume` and the desktop's first answer after it (a cursor read)."""
+    pause_resume_round_trip: Summary
+    """Both, back to back: what parking a desktop and taking it back costs."""
+    cold_create_and_kill: Summary
+    """The baseline: a fresh desktop without a warm pool (ready and drawn), then its kill."""
+    cold_create_over_resume: float
+    """The cold create's median over resume-to-answer's."""
+    cpu_ms_per_s_running: float
+    """CPU the idle running desktop's processes used, ms per second (5 s)."""
+    cpu_ms_per_s_paused: float
+    """The same while paused."""
+    memory_mb_running: float
+    """Memory charged to the desktop's cgroup, running, MB."""
+    memory_mb_paused: float
+    """The same while paused: a paused local desktop keeps its memory."""
+    targets: list[Target]
+
+
+class _Rest:
+    """One keep-alive connection, opened again after an idle spell (the server closes a
+    connection idle for 5 s: the CPU measurements sleep that long)."""
+
+    def __init__(self, service: Service) -> None:
+        url = urlsplit(service.url)
+        self._address = (url.hostname, url.port)
+        self._http = http.client.HTTPConnection(*self._address, timeout=120)
+        self._headers = {"Authorization": f"Bearer {service.token}"}
+        self._used = time.monotonic()
+
+    def call(self, method: str, path: str, body: dict | None = None) -> bytes:
+        if time.monotonic() - self._used > 2.0:
+            self._http.close()
+            self._http = http.client.HTTPConnection(*self._address, timeout=120)
+        headers = dict(self._headers)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        self._http.request(method, path, json.dumps(body) if body else None, headers)
+        answer = self._http.getresponse()
+        content = answer.read()
+        self._used = time.monotonic()
+        if answer.status >= 300:
+            raise RuntimeError(f"{method} {path}: {answer.status} {content[:300]!r}")
+        return content
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _cpu_s(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total * _TICK_S
+
+
+def _cpu_ms_per_s(desktop_id: str, seconds: float) -> float:
+    pids = desktop_pids(desktop_id)
+    before = _cpu_s(pids)
+    time.sleep(seconds)
+    return round((_cpu_s(pids) - before) * 1000 / seconds, 2)
+
+
+def _memory_mb(desktop_id: str) -> float:
+    return round((desktop_cgroup_memory_bytes(desktop_id) or 0) / 1e6, 1)
+
+
+def _timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def run(options: Options) -> PauseResult:
+    rounds = 5 if options.quick else 30
+    settle_s = 1.0 if options.quick else 5.0
+    with running_service(CUBICLE_WARM_POOL="0") as service:
+        desktop = service.create_desktop()
+        rest = _Rest(service)
+        base = f"/api/desktops/{desktop.id}"
+        try:
+            for app in ("mousepad", "xfce4-terminal"):
+                rest.call("POST", f"{base}/launch", {"app": app})
+            rest.call("POST", f"{base}/actions", {"type": "wait_for_settle", "quiet_ms": 500})
+            time.sleep(1.0)
+            progress(f"pause: {rounds} rounds of pause, resume and a cold create")
+            pauses, resumes, trips, colds = [], [], [], []
+            for index in range(rounds):
+                pauses.append(_timed(lambda: rest.call("POST", f"{base}/pause", {})))
+
+                def resume() -> None:
+                    rest.call("POST", f"{base}/resume")
+                    rest.call("GET", f"{base}/cursor")
+
+                resumes.append(_timed(resume))
+
+                def round_trip() -> None:
+                    rest.call("POST", f"{base}/pause", {})
+                    resume()
+
+                trips.append(_timed(round_trip))
+                if index % 3 == 0:  # a cold create takes ~1 s: every third round
+
+                    def cold() -> None:
+                        other = service.create_desktop()
+                        service.kill_desktop(other.id)
+
+                    colds.append(_timed(cold))
+            progress("pause: CPU and memory, running and paused")
+            time.sleep(1.0)
+            running_cpu = _cpu_ms_per_s(desktop.id, settle_s)
+            running_memory = _memory_mb(desktop.id)
+            rest.call("POST", f"{base}/pause", {})
+            paused_cpu = _cpu_ms_per_s(desktop.id, settle_s)
+            paused_memory = _memory_mb(desktop.id)
+            rest.call("POST", f"{base}/resume")
+        finally:
+            rest.close()
+    resumed, cold_summary = summarize(resumes), summarize(colds)
+    speedup = ratio(cold_summary, resumed)
+    return PauseResult(
+        pause=summarize(pauses),
+        resume_to_answer=resumed,
+        pause_resume_round_trip=summarize(trips),
+        cold_create_and_kill=cold_summary,
+        cold_create_over_resume=speedup,
+        cpu_ms_per_s_running=running_cpu,
+        cpu_ms_per_s_paused=paused_cpu,
+        memory_mb_running=running_memory,
+        memory_mb_paused=paused_memory,
+        targets=[
+            Target("a paused desktop uses no CPU", paused_cpu == 0),
+            Target("resume answers >= 10x sooner than a cold create", speedup >= 10),
+        ],
+    )
