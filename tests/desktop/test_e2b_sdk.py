@@ -29,6 +29,7 @@ from e2b import (
     Sandbox,
     SandboxException,
     SandboxQuery,
+    SandboxState,
     TimeoutException,
 )
 from e2b_code_interpreter import Sandbox as CodeSandbox
@@ -194,6 +195,37 @@ def test_a_sandbox_token_opens_its_own_sandbox_only(sandbox, e2b_env, service):
         other.kill()
 
 
+def test_pause_and_connect_resume_where_it_stopped(e2b_env, service):
+    sbx = Sandbox.create(timeout=120, metadata={"suite": "pause"})
+    try:
+        sbx.files.write("/home/user/kept.txt", "kept")
+        sbx.commands.run(
+            "sh -c 'n=0; while :; do n=$((n+1)); echo $n > /tmp/n; sleep 0.2; done'",
+            background=True,
+        )
+        time.sleep(0.5)
+        assert sbx.pause() is True
+        assert sbx.pause() is False  # paused already: E2B's 409
+        paused = Sandbox.list(
+            query=SandboxQuery(metadata={"suite": "pause"}, state=[SandboxState.PAUSED])
+        )
+        assert [s.sandbox_id for s in paused.next_items()] == [sbx.sandbox_id]
+        assert sbx.get_info().state.value == "paused"
+        with pytest.raises(SandboxException):  # E2B's SDK words a 502 as "not found"
+            sbx.commands.run("true")
+        headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"}
+        envd = httpx.get(f"{service.url}/health", headers=headers)
+        assert envd.status_code == 502 and "is paused" in envd.text
+        again = Sandbox.connect(sbx.sandbox_id)  # resumes it
+        assert again.get_info().state.value == "running"
+        assert again.files.read("/home/user/kept.txt") == "kept"
+        first = int(again.commands.run("cat /tmp/n").stdout)
+        time.sleep(0.5)
+        assert int(again.commands.run("cat /tmp/n").stdout) > first  # the loop runs on
+    finally:
+        Sandbox.kill(sbx.sandbox_id)
+
+
 def test_what_cubicle_cannot_do_is_refused_by_name(e2b_env, service):
     with pytest.raises(SandboxException, match="custom templates"):
         Sandbox.create(template="my-own-template")
@@ -201,8 +233,10 @@ def test_what_cubicle_cannot_do_is_refused_by_name(e2b_env, service):
         Sandbox.create(api_key="not-the-token")
     sbx = Sandbox.create(timeout=60)
     try:
-        with pytest.raises(SandboxException, match="pausing a sandbox"):
-            sbx.pause()
+        with pytest.raises(SandboxException, match="without memory"):
+            sbx.pause(mode="filesystem")
+        with pytest.raises(SandboxException, match="sandbox metrics"):
+            sbx.get_metrics()
     finally:
         assert Sandbox.kill(sbx.sandbox_id)
     assert not Sandbox.kill(sbx.sandbox_id)  # gone: E2B's answer is False

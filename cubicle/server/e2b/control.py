@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cubicle.protocol.errors import (
     AuthError,
+    Conflict,
     CubicleError,
     DesktopNotFound,
     InvalidRequest,
@@ -144,19 +145,31 @@ def _detail(services: Services, sandbox: Sandbox, info: DesktopInfo) -> dict[str
         "cpuCount": max(1, int(settings.cpu_cores or 1)),
         "memoryMB": settings.memory_mb,
         "diskSizeMB": settings.disk_mb,
-        "state": "running",
+        "state": _STATES[info.status],
         "metadata": sandbox.metadata,
         "allowInternetAccess": info.network,
     }
 
 
-def _running(services: Services, sandbox_id: str) -> tuple[Sandbox, DesktopInfo]:
+_STATES = {"ready": "running", "paused": "paused"}
+"""E2B's state of a sandbox by its desktop's status; other statuses do not exist for E2B."""
+
+
+def _found(services: Services, sandbox_id: str) -> tuple[Sandbox, DesktopInfo]:
+    """A sandbox that runs or is paused."""
     sandbox = services.e2b.get(sandbox_id)
     if sandbox is None:
         raise DesktopNotFound(f"sandbox {sandbox_id} was not found")
     info = services.manager.get(sandbox_id)
-    if info.status != "ready":
+    if info.status not in _STATES:
         raise DesktopNotFound(f"sandbox {sandbox_id} was not found ({info.status})")
+    return sandbox, info
+
+
+def _running(services: Services, sandbox_id: str) -> tuple[Sandbox, DesktopInfo]:
+    sandbox, info = _found(services, sandbox_id)
+    if info.status == "paused":
+        raise Conflict(f"sandbox {sandbox_id} is paused: connect to it to resume it")
     return sandbox, info
 
 
@@ -166,7 +179,9 @@ async def _create(services: Services, body: NewSandbox) -> JSONResponse:
         if extra.get(name):
             raise NotSupported(f"{name}: Cubicle does not offer {what} through E2B's API yet")
     if body.autoPause:
-        raise NotSupported("autoPause: Cubicle cannot pause sandboxes yet")
+        raise NotSupported(
+            "autoPause: Cubicle does not pause sandboxes on timeout yet (pause them yourself)"
+        )
     template = _template(body.templateID)
     timeout_s = _timeout(body.timeout)
     request = CreateDesktop(timeout_s=timeout_s, network=body.allow_internet_access)
@@ -188,15 +203,19 @@ async def create_sandbox(
     return await _create(services, body)
 
 
-def _listed(services: Services, metadata: str | None, state: str | None) -> list[dict[str, Any]]:
+def _listed(
+    services: Services, metadata: str | None, state: list[str] | None
+) -> list[dict[str, Any]]:
     wanted = dict(parse_qsl(metadata or ""))
-    if "running" not in (state or "running").split(","):
-        return []  # only running sandboxes exist here
+    # `state=running&state=paused`, as the SDKs send it, or `state=running,paused`
+    states = {name for value in state or ["running,paused"] for name in value.split(",")}
     found = []
     for sandbox in services.e2b.all():
         try:
-            _, info = _running(services, sandbox.sandbox_id)
+            _, info = _found(services, sandbox.sandbox_id)
         except CubicleError:
+            continue
+        if _STATES[info.status] not in states:
             continue
         if any(sandbox.metadata.get(k) != v for k, v in wanted.items()):
             continue
@@ -211,12 +230,12 @@ async def list_v2(
     key: ApiKey = None,
     bearer: Bearer = None,
     metadata: str | None = None,
-    state: str | None = None,
+    state: Annotated[list[str] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     nextToken: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Running sandboxes (`state`, `metadata` filters), a page at a time: the next
-    page's token is in `x-next-token`. Paused sandboxes do not exist here (yet)."""
+    """Running and paused sandboxes (`state`, `metadata` filters), a page at a time: the
+    next page's token is in `x-next-token`."""
     _key(services, key, bearer)
     listed = _listed(services, metadata, state)
     start = 0
@@ -244,7 +263,7 @@ async def get_sandbox(
     sandbox_id: str, services: ServicesDep, key: ApiKey = None, bearer: Bearer = None
 ) -> dict[str, Any]:
     _key(services, key, bearer)
-    sandbox, info = _running(services, sandbox_id)
+    sandbox, info = _found(services, sandbox_id)
     return _detail(services, sandbox, info)
 
 
@@ -253,7 +272,7 @@ async def kill_sandbox(
     sandbox_id: str, services: ServicesDep, key: ApiKey = None, bearer: Bearer = None
 ) -> Response:
     _key(services, key, bearer)
-    _running(services, sandbox_id)
+    _found(services, sandbox_id)
     await services.manager.kill(sandbox_id)
     return Response(status_code=204)
 
@@ -291,11 +310,57 @@ async def connect_sandbox(
     services: ServicesDep,
     key: ApiKey = None,
     bearer: Bearer = None,
-) -> dict[str, Any]:
-    """Connect to a running sandbox (200) and extend its timeout; paused ones do not exist
-    here yet."""
+) -> JSONResponse:
+    """Connect to a sandbox and extend its timeout: 200 if it was running, 201 if it was
+    paused and is resumed."""
     _key(services, key, bearer)
+    _, info = _found(services, sandbox_id)
+    resumed = info.status == "paused"
+    if resumed:
+        await services.manager.resume(sandbox_id)
+    sandbox = _extend(services, sandbox_id, body.timeout, shorten=False)
+    return JSONResponse(_sandbox_body(services, sandbox), status_code=201 if resumed else 200)
+
+
+@router.post("/sandboxes/{sandbox_id}/resume", status_code=201)
+async def resume_sandbox(
+    sandbox_id: str,
+    body: Connect,
+    services: ServicesDep,
+    key: ApiKey = None,
+    bearer: Bearer = None,
+) -> dict[str, Any]:
+    """E2B's older resume: 409 unless paused, then as connect."""
+    _key(services, key, bearer)
+    _, info = _found(services, sandbox_id)
+    if info.status != "paused":
+        raise Conflict(f"sandbox {sandbox_id} is not paused")
+    await services.manager.resume(sandbox_id)
     return _sandbox_body(services, _extend(services, sandbox_id, body.timeout, shorten=False))
+
+
+class Pause(BaseModel):
+    """Body of E2B's pause."""
+
+    model_config = ConfigDict(extra="allow")
+
+    memory: bool = True
+    """Keep the memory (E2B's `mode="full"`); False is a filesystem-only pause."""
+
+
+@router.post("/sandboxes/{sandbox_id}/pause", status_code=204)
+async def pause_sandbox(
+    sandbox_id: str,
+    services: ServicesDep,
+    body: Pause | None = None,
+    key: ApiKey = None,
+    bearer: Bearer = None,
+) -> Response:
+    """Pause with memory (a filesystem-only pause is refused); 409 if paused already."""
+    _key(services, key, bearer)
+    _found(services, sandbox_id)
+    await services.manager.pause(sandbox_id, keep_memory=(body or Pause()).memory)
+    return Response(status_code=204)
 
 
 def _missing(what: str) -> Callable[..., Coroutine[Any, Any, Response]]:
@@ -307,8 +372,6 @@ def _missing(what: str) -> Callable[..., Coroutine[Any, Any, Response]]:
 
 
 for _path, _methods, _what in (
-    ("/sandboxes/{sandbox_id}/pause", ["POST"], "pausing a sandbox"),
-    ("/sandboxes/{sandbox_id}/resume", ["POST"], "resuming a paused sandbox"),
     ("/sandboxes/{sandbox_id}/metrics", ["GET"], "sandbox metrics"),
     ("/sandboxes/metrics", ["GET"], "sandbox metrics"),
     ("/sandboxes/{sandbox_id}/snapshots", ["POST"], "snapshots through E2B's API"),

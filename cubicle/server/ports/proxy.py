@@ -42,6 +42,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from cubicle.protocol.errors import (
     AuthError,
     CubicleError,
+    DesktopPaused,
     Forbidden,
     GuestUnreachable,
     InvalidRequest,
@@ -243,6 +244,9 @@ async def _envd(
         return
     try:
         guest = services.manager.guest(target.desktop_id)
+    except DesktopPaused as exc:
+        await _refuse_e2b(scope, receive, send, 502, str(exc))
+        return
     except CubicleError:
         await _refuse_e2b(
             scope, receive, send, 502, f"The sandbox {target.desktop_id} was not found"
