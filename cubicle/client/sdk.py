@@ -24,6 +24,7 @@ import os
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
@@ -59,6 +60,7 @@ from cubicle.protocol.service import (
     CreateSecret,
     DesktopEgress,
     DesktopInfo,
+    DesktopMetrics,
     DesktopNetwork,
     PortAccess,
     PortInfo,
@@ -338,6 +340,14 @@ class AsyncDesktop:
     async def set_timeout(self, timeout_s: int) -> None:
         """Stop the desktop after `timeout_s` idle seconds from now."""
         self.info = await self._model(DesktopInfo, "POST", "timeout", json={"timeout_s": timeout_s})
+
+    async def metrics(
+        self, start: datetime | None = None, end: datetime | None = None
+    ) -> DesktopMetrics:
+        """Its CPU, memory, disk and network readings (one every few seconds), oldest
+        first, from `start` to `end`; `self.info.usage` after `refresh()` is the latest."""
+        params = {k: v.isoformat() for k, v in (("start", start), ("end", end)) if v}
+        return await self._model(DesktopMetrics, "GET", "metrics", params=params)
 
     async def pause(self, *, keep_memory: bool = True) -> None:
         """Freeze the desktop where it stands until `resume()`: its programs, windows and
@@ -849,6 +859,7 @@ class Desktop:
 
     refresh = _blocking(AsyncDesktop.refresh)
     set_timeout = _blocking(AsyncDesktop.set_timeout)
+    metrics = _blocking(AsyncDesktop.metrics)
     pause = _blocking(AsyncDesktop.pause)
     resume = _blocking(AsyncDesktop.resume)
     kill = _blocking(AsyncDesktop.kill)

@@ -198,6 +198,21 @@ class DesktopNetwork(BaseModel):
     """The egress proxy's latest refusals, newest last (at most 100)."""
 
 
+class Lifecycle(BaseModel):
+    """What happens to a desktop at its idle timeout, and how long it may live."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    on_timeout: Literal["kill", "pause"] = "kill"
+    """At its idle timeout: stop it (everything in it is lost), or pause it with its
+    memory, to be resumed later (`POST …/resume`, or by any call with `auto_resume`)."""
+    auto_resume: bool = False
+    """A paused desktop resumes by itself when something uses it: an API call that reaches
+    inside (screenshot, actions, exec, files, code…), its ports, or a new viewer."""
+    max_lifetime_s: Annotated[int, Field(ge=10, le=30 * 86_400)] | None = None
+    """Stop it this many seconds after its creation, running or paused, whatever else."""
+
+
 class CreateDesktop(BaseModel):
     """Body of `POST /api/desktops`. Every field has a default."""
 
@@ -252,6 +267,8 @@ class CreateDesktop(BaseModel):
     hosts: Annotated[dict[HostName, IpAddress], Field(max_length=64)] = {}
     """Extra lines of its /etc/hosts, `{"api.internal": "10.1.2.3"}`; the egress proxy
     resolves these names the same way."""
+    lifecycle: Lifecycle = Lifecycle()
+    """Pause instead of stopping at the idle timeout, resume on use, a longest life."""
 
 
 class PauseDesktop(BaseModel):
@@ -262,6 +279,37 @@ class PauseDesktop(BaseModel):
     keep_memory: bool = True
     """Keep the desktop's processes and memory, frozen where they stand (resume picks up
     exactly there). False (processes end, the disk is kept) is not built yet: refused."""
+
+
+class UsageSample(BaseModel):
+    """One reading of what a desktop uses, taken by the service every few seconds."""
+
+    at: datetime
+    cpu_pct: float | None = None
+    """CPU its processes used since the reading before, in percent of one core (200 is two
+    cores busy); None for the first reading, or where the host does not count it."""
+    memory_bytes: int
+    """Memory charged to it, page cache included."""
+    memory_cache_bytes: int = 0
+    """The page cache part of it."""
+    disk_bytes: int | None = None
+    """What its own disk takes on the host."""
+    net_rx_bytes: int | None = None
+    """Bytes received since it started; None without a network."""
+    net_tx_bytes: int | None = None
+
+
+class DesktopMetrics(BaseModel):
+    """`GET /api/desktops/{id}/metrics`: its readings, oldest first, and its limits."""
+
+    desktop_id: str
+    interval_s: float
+    """Seconds between readings."""
+    memory_limit_bytes: int
+    disk_limit_bytes: int
+    cpu_cores: float | None = None
+    """Its CPU cap in cores; None when it has none."""
+    samples: list[UsageSample]
 
 
 class DesktopInfo(BaseModel):
@@ -276,6 +324,10 @@ class DesktopInfo(BaseModel):
     """When the desktop stops if nothing touches it (a paused one waits until resumed)."""
     paused_at: datetime | None = None
     """When it was paused, while it is."""
+    lifecycle: Lifecycle = Lifecycle()
+    """What its idle timeout does, whether it resumes on use, its longest life."""
+    usage: UsageSample | None = None
+    """Its latest reading (`GET …/metrics` has the series)."""
     reason: str | None = None
     """Why the desktop failed or stopped."""
     degraded: str | None = None

@@ -43,16 +43,20 @@ from cubicle.protocol.service import (
     CreateDesktop,
     DesktopEgress,
     DesktopInfo,
+    DesktopMetrics,
     DesktopNetwork,
     DesktopStatus,
+    Lifecycle,
     NodeInfo,
     PoolInfo,
     SnapshotInfo,
+    UsageSample,
     is_cidr,
 )
 from cubicle.server.events import ActionsRan, DesktopEnded, Events
 from cubicle.server.guest_client import JSON, GuestClient
 from cubicle.server.heap import HeapTrim
+from cubicle.server.metrics import Metrics
 from cubicle.server.networks import Networks
 from cubicle.server.outbound import Outbound
 from cubicle.server.pool import DesktopKind, PoolHooks, WarmPool
@@ -98,10 +102,11 @@ class _Desktop:
     secrets: list[str] = field(default_factory=list)
     """The secrets it uses through the egress proxy."""
     paused_at: datetime | None = None
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
     pausing: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while it pauses or resumes: one at a time."""
 
-    def info(self, domain: str) -> DesktopInfo:
+    def info(self, domain: str, usage: UsageSample | None = None) -> DesktopInfo:
         expires = None
         if self.status == "ready" and not self.holders:
             idle = time.monotonic() - self.last_used
@@ -115,6 +120,8 @@ class _Desktop:
             timeout_s=self.timeout_s,
             expires_at=expires,
             paused_at=self.paused_at,
+            lifecycle=self.lifecycle,
+            usage=usage,
             reason=self.reason,
             degraded=self.degraded,
             startup_ms=self.startup_ms,
@@ -160,6 +167,8 @@ class SandboxManager:
         """Private networks desktops join at create (`cubicle.server.networks`)."""
         self.outbound = Outbound(settings)
         """Secrets, and the egress proxy that uses them (`cubicle.server.outbound`)."""
+        self.metrics = Metrics(settings.metrics_interval_s)
+        """What each desktop uses, read every few seconds (`cubicle.server.metrics`)."""
         self._reaper: asyncio.Task | None = None
         self._heap = HeapTrim()
         """Gives the heap a desktop's life left free back to the system once it ended."""
@@ -175,6 +184,7 @@ class SandboxManager:
             for found in await runtime.recover():
                 await self._adopt(runtime.name, found)
             self._reaper = asyncio.create_task(self._reap_idle(), name="reap-idle-desktops")
+            self.metrics.start(self._measured)
             self.pool.start()
 
     async def stop(self) -> None:
@@ -184,6 +194,7 @@ class SandboxManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         self._reaper = None
+        await self.metrics.close()
         await self.pool.stop()
         detached = [d for d in self._desktops.values() if _outlives_service(d)]
         ending = [d for d in self._desktops.values() if d not in detached]
@@ -279,6 +290,11 @@ class SandboxManager:
             self._check_networks(runtime, request)
         if request.egress is not None or request.secrets or request.hosts:
             self._check_egress(runtime, request)
+        if request.lifecycle.on_timeout == "pause" and not self.runtime(runtime).can_pause:
+            raise NotSupported(
+                f'"on_timeout": "pause": the {runtime} runtime cannot pause desktops here '
+                "(local needs a cgroup freezer; microvm can)"
+            )
         running = self._running()
         if running >= self.settings.max_desktops:
             raise CapacityReached(
@@ -300,6 +316,7 @@ class SandboxManager:
                 del self._desktops[record.spec.id]
                 self.outbound.proxy.unregister(record.spec.id)
                 raise
+        record.lifecycle = request.lifecycle
         self.pool.refill()
         if request.networks:
             await self._join_networks(record, request)
@@ -309,7 +326,7 @@ class SandboxManager:
             except BaseException as exc:
                 await self._end(record, "failed", f"could not set its egress rules: {exc}")
                 raise
-        return record.info(self.settings.port_domain)
+        return self._info(record)
 
     def _with_secrets(self, spec: SandboxSpec, request: CreateDesktop) -> SandboxSpec:
         """The spec of a desktop that uses secrets: their placeholders in its environment,
@@ -345,7 +362,7 @@ class SandboxManager:
             )
         )
         record.egress = rules if rules.allow or rules.deny else None
-        return record.info(self.settings.port_domain)
+        return self._info(record)
 
     def network(self, desktop_id: str) -> DesktopNetwork:
         """A desktop's egress rules, secrets, and what its egress proxy refused lately."""
@@ -518,6 +535,7 @@ class SandboxManager:
         if record.sandbox is not None:
             await record.sandbox.stop()
         self.outbound.proxy.unregister(record.spec.id)
+        self.metrics.forget(record.spec.id)
         self.events.emit(DesktopEnded(record.spec.id, status, reason))
         self._heap.soon()
         ended = [k for k, d in self._desktops.items() if d.status in ("failed", "stopped")]
@@ -532,11 +550,37 @@ class SandboxManager:
                 f"no desktop {desktop_id!r}: list them with GET /api/desktops"
             ) from None
 
+    def _info(self, record: _Desktop) -> DesktopInfo:
+        return record.info(self.settings.port_domain, self.metrics.latest(record.spec.id))
+
+    def _measured(self) -> list[tuple[str, Sandbox]]:
+        """The desktops whose usage is read: running or paused."""
+        return [
+            (desktop_id, record.sandbox)
+            for desktop_id, record in self._desktops.items()
+            if record.status in ("ready", "paused") and record.sandbox is not None
+        ]
+
+    def metrics_of(
+        self, desktop_id: str, start: datetime | None = None, end: datetime | None = None
+    ) -> DesktopMetrics:
+        """A desktop's usage readings from `start` to `end`, and its limits."""
+        record = self._record(desktop_id)
+        spec = record.spec
+        return DesktopMetrics(
+            desktop_id=desktop_id,
+            interval_s=self.metrics.interval_s,
+            memory_limit_bytes=spec.memory_mb * 1024 * 1024,
+            disk_limit_bytes=spec.disk_mb * 1024 * 1024,
+            cpu_cores=spec.cpu_cores,
+            samples=self.metrics.series(desktop_id, start, end),
+        )
+
     def list(self) -> list[DesktopInfo]:
-        return [record.info(self.settings.port_domain) for record in self._desktops.values()]
+        return [self._info(record) for record in self._desktops.values()]
 
     def get(self, desktop_id: str) -> DesktopInfo:
-        return self._record(desktop_id).info(self.settings.port_domain)
+        return self._info(self._record(desktop_id))
 
     def guest(self, desktop_id: str, *, touch: bool = True) -> GuestClient:
         """The guest client of a ready desktop; counts as activity for the idle timeout
@@ -555,6 +599,15 @@ class SandboxManager:
             record.last_used = time.monotonic()
         return record.client
 
+    async def awake(self, desktop_id: str, *, touch: bool = True) -> GuestClient:
+        """`guest()`, once a paused desktop whose lifecycle says `auto_resume` is resumed:
+        the door of calls that use a desktop (API calls, its ports, a new viewer)."""
+        record = self._record(desktop_id)
+        if record.status == "paused" and record.lifecycle.auto_resume:
+            log.info("desktop %s: used while paused, resuming it (auto_resume)", desktop_id)
+            await self.resume(desktop_id)
+        return self.guest(desktop_id, touch=touch)
+
     def lane(self, desktop_id: str, kind: LaneName) -> Lane:
         """The desktop's lane for a slow kind of call."""
         return self._record(desktop_id).lanes[kind]
@@ -567,7 +620,7 @@ class SandboxManager:
         The guest checks the whole batch against its live screen before anything runs; once
         it ran, listeners hear `ActionsRan` (recordings log it from there).
         """
-        guest = self.guest(desktop_id)
+        guest = await self.awake(desktop_id)
         started = time.monotonic()
         body = a.action_batch_adapter.dump_json(list(actions))
         answer = await guest.request("POST", GuestPath.ACTIONS, content=body, content_type=JSON)
@@ -600,7 +653,7 @@ class SandboxManager:
             await record.sandbox.pause()
             record.status, record.paused_at = "paused", datetime.now(UTC)
         log.info("desktop %s paused", desktop_id)
-        return record.info(self.settings.port_domain)
+        return self._info(record)
 
     async def resume(self, desktop_id: str) -> DesktopInfo:
         """Let a paused desktop run on from where it stopped; its idle timeout counts again
@@ -609,13 +662,13 @@ class SandboxManager:
         async with record.pausing:
             if record.status != "paused":
                 self.guest(desktop_id)  # ready, or the reason it is not
-                return record.info(self.settings.port_domain)
+                return self._info(record)
             assert record.sandbox is not None
             await record.sandbox.resume()
             record.status, record.paused_at = "ready", None
             record.last_used = time.monotonic()
         log.info("desktop %s resumed", desktop_id)
-        return record.info(self.settings.port_domain)
+        return self._info(record)
 
     def hold(self, desktop_id: str, holder: object) -> None:
         """Keep a ready desktop alive past its idle timeout until `release(…, holder)`."""
@@ -636,7 +689,7 @@ class SandboxManager:
         record.timeout_s = timeout_s
         if record.sandbox is not None:
             record.sandbox.kept(timeout_s, record.created_at)
-        return record.info(self.settings.port_domain)
+        return self._info(record)
 
     async def kill(self, desktop_id: str) -> None:
         """Stop a desktop and forget it."""
@@ -647,9 +700,40 @@ class SandboxManager:
     async def _reap_idle(self) -> None:
         while True:
             await asyncio.sleep(self.settings.reap_interval_s)
-            now = time.monotonic()
             for record in list(self._desktops.values()):
-                idle = now - record.last_used
-                if record.status == "ready" and not record.holders and idle > record.timeout_s:
-                    log.info("desktop %s idle for %.0f s: stopping", record.spec.id, idle)
-                    await self._end(record, "stopped", f"idle for more than {record.timeout_s} s")
+                await self._reap(record)
+
+    async def _reap(self, record: _Desktop) -> None:
+        """End (or pause) a desktop its lifecycle says is done with."""
+        lifecycle, desktop_id = record.lifecycle, record.spec.id
+        if record.status not in ("ready", "paused"):
+            return
+        lived = (datetime.now(UTC) - record.created_at).total_seconds()
+        if lifecycle.max_lifetime_s is not None and lived > lifecycle.max_lifetime_s:
+            log.info("desktop %s lived %.0f s: stopping", desktop_id, lived)
+            reason = f"lived more than its max_lifetime_s ({lifecycle.max_lifetime_s} s)"
+            await self._end(record, "stopped", reason)
+            return
+        if record.status == "paused":
+            retention = self.settings.paused_retention_s
+            assert record.paused_at is not None
+            if (datetime.now(UTC) - record.paused_at).total_seconds() > retention:
+                reason = f"paused for more than {retention} s (CUBICLE_PAUSED_RETENTION_S)"
+                await self._end(record, "stopped", reason)
+            return
+        idle = time.monotonic() - record.last_used
+        if record.holders or idle <= record.timeout_s:
+            return
+        if lifecycle.on_timeout == "pause":
+            log.info("desktop %s idle for %.0f s: pausing", desktop_id, idle)
+            try:
+                await self.pause(desktop_id)
+                return
+            except CubicleError as exc:  # ended meanwhile, or the freeze failed
+                if record.status != "ready":
+                    return
+                reason = f"idle for more than {record.timeout_s} s, and it could not pause: {exc}"
+                await self._end(record, "stopped", reason)
+                return
+        log.info("desktop %s idle for %.0f s: stopping", desktop_id, idle)
+        await self._end(record, "stopped", f"idle for more than {record.timeout_s} s")

@@ -104,6 +104,10 @@ class Settings(BaseSettings):
     """Seconds a desktop may take to come up before it counts as failed."""
     reap_interval_s: Annotated[float, Field(gt=0)] = 1.0
     """How often idle desktops are looked for, seconds."""
+    metrics_interval_s: Annotated[float, Field(ge=0.2)] = 5.0
+    """Seconds between two readings of each desktop's CPU, memory, disk and network use."""
+    paused_retention_s: Annotated[int, Field(ge=10)] = 86_400
+    """How long a paused desktop is kept (it holds its memory) before it is stopped."""
     ray_address: str | None = None
     """The Ray cluster of the `ray` runtime: the head's `HOST:PORT`, or `auto` for the
     cluster `ray start` made on this host (`docs/cluster.md`)."""

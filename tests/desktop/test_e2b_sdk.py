@@ -226,6 +226,20 @@ def test_pause_and_connect_resume_where_it_stopped(e2b_env, service):
         Sandbox.kill(sbx.sandbox_id)
 
 
+def test_a_sandbox_pauses_on_timeout_and_resumes_when_used(e2b_env):
+    sbx = Sandbox.create(timeout=10, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    try:
+        sbx.files.write("/home/user/kept.txt", "kept")
+        deadline = time.monotonic() + 40
+        while sbx.get_info().state.value != "paused":
+            assert time.monotonic() < deadline, "the sandbox did not pause at its timeout"
+            time.sleep(0.5)
+        assert sbx.commands.run("cat ~/kept.txt").stdout == "kept"  # envd's call resumes it
+        assert sbx.get_info().state.value == "running"
+    finally:
+        Sandbox.kill(sbx.sandbox_id)
+
+
 def test_what_cubicle_cannot_do_is_refused_by_name(e2b_env, service):
     with pytest.raises(SandboxException, match="custom templates"):
         Sandbox.create(template="my-own-template")
@@ -235,6 +249,8 @@ def test_what_cubicle_cannot_do_is_refused_by_name(e2b_env, service):
     try:
         with pytest.raises(SandboxException, match="without memory"):
             sbx.pause(mode="filesystem")
+        with pytest.raises(SandboxException, match="memory only"):
+            Sandbox.create(lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
         with pytest.raises(SandboxException, match="sandbox metrics"):
             sbx.get_metrics()
     finally:

@@ -8,7 +8,13 @@ import time
 from pathlib import Path
 
 from cubicle.server.runtime import cgroups
-from tests.conftest import create_desktop, patience, wait_until
+from tests.conftest import (
+    create_desktop,
+    patience,
+    start_service,
+    stop_service,
+    wait_until,
+)
 
 BOTH_RUNTIMES = True
 
@@ -182,3 +188,52 @@ def test_pausing_unknown_desktops(api):
     assert api.post("/api/desktops/nope/resume").status_code == 404
     bad = api.post("/api/desktops/nope/pause", json={"keep_memory": "sometimes"})
     assert bad.status_code == 422
+
+
+def _status(api, desktop_id: str) -> dict:
+    return api.get(f"/api/desktops/{desktop_id}").json()
+
+
+def test_lifecycle_pauses_at_the_timeout_resumes_on_use_and_ends_on_time():
+    """One service whose paused desktops are kept 12 s: a desktop that pauses at its idle
+    timeout and resumes when used, one that pauses and is stopped once kept too long, and
+    one stopped at its longest life though in use."""
+    service = start_service(CUBICLE_PAUSED_RETENTION_S="12", CUBICLE_WARM_POOL="0")
+    try:
+        with service.client() as api:
+            resumes = create_desktop(
+                api, timeout_s=10, lifecycle={"on_timeout": "pause", "auto_resume": True}
+            )
+            kept = create_desktop(api, timeout_s=10, lifecycle={"on_timeout": "pause"})
+            short = create_desktop(api, timeout_s=600, lifecycle={"max_lifetime_s": 10})
+            assert resumes["lifecycle"] == {
+                "on_timeout": "pause",
+                "auto_resume": True,
+                "max_lifetime_s": None,
+            }
+            base = f"/api/desktops/{resumes['id']}"
+            api.put(f"{base}/files", params={"path": "~/kept.txt"}, content=b"kept")
+            wait_until(lambda: _status(api, resumes["id"])["status"] == "paused", 30)
+            assert _status(api, kept["id"])["status"] in ("ready", "paused")
+            # a call that reaches inside resumes it, and answers
+            answer = api.get(f"{base}/files", params={"path": "~/kept.txt"})
+            assert answer.status_code == 200 and answer.content == b"kept"
+            assert _status(api, resumes["id"])["status"] == "ready"
+
+            # without auto_resume a call is refused and the desktop stays paused
+            wait_until(lambda: _status(api, kept["id"])["status"] == "paused", 30)
+            refused = api.get(f"/api/desktops/{kept['id']}/cursor")
+            assert refused.status_code == 409 and refused.json()["error"] == "desktop_paused"
+            stopped = wait_until(
+                lambda: (d := _status(api, kept["id"]))["status"] == "stopped" and d, 30
+            )
+            assert "paused for more than 12 s" in stopped["reason"]
+
+            ended = wait_until(
+                lambda: (d := _status(api, short["id"]))["status"] == "stopped" and d, 30
+            )
+            assert "max_lifetime_s (10 s)" in ended["reason"]
+            bad = api.post("/api/desktops", json={"lifecycle": {"on_timeout": "sleep"}})
+            assert bad.status_code == 422
+    finally:
+        stop_service(service)

@@ -36,7 +36,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
 async def get_guest(desktop_id: str, manager: ManagerDep) -> GuestClient:
-    return manager.guest(desktop_id)
+    return await manager.awake(desktop_id)
 
 
 GuestDep = Annotated[GuestClient, Depends(get_guest)]

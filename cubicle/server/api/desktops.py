@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from datetime import datetime
 from os import PathLike
 from pathlib import PurePosixPath
 from typing import Annotated
@@ -45,6 +46,7 @@ from cubicle.protocol.service import (
     CreateDesktop,
     DesktopEgress,
     DesktopInfo,
+    DesktopMetrics,
     DesktopNetwork,
     PauseDesktop,
     SetTimeout,
@@ -117,6 +119,18 @@ async def get_network(desktop_id: str, manager: ManagerDep) -> DesktopNetwork:
 async def take_snapshot(desktop_id: str, body: TakeSnapshot, manager: ManagerDep) -> SnapshotInfo:
     """Save the desktop as it is; `POST /api/desktops {"snapshot": name}` starts copies."""
     return await manager.snapshot(desktop_id, body.name)
+
+
+@router.get("/{desktop_id}/metrics")
+async def metrics(
+    desktop_id: str,
+    manager: ManagerDep,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> DesktopMetrics:
+    """Its CPU, memory, disk and network readings, every `CUBICLE_METRICS_INTERVAL_S`
+    (5 s), from `start` to `end` (ISO 8601; the whole life kept when absent)."""
+    return manager.metrics_of(desktop_id, start, end)
 
 
 @router.post("/{desktop_id}/pause")

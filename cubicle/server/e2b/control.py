@@ -30,7 +30,13 @@ from cubicle.protocol.errors import (
     answer_for,
     describe_validation,
 )
-from cubicle.protocol.service import CreateDesktop, DesktopInfo
+from cubicle.protocol.service import (
+    CreateDesktop,
+    DesktopInfo,
+    DesktopMetrics,
+    Lifecycle,
+    UsageSample,
+)
 from cubicle.server.api.auth import is_admin_token
 from cubicle.server.api.deps import ServicesDep
 from cubicle.server.e2b import CLIENT_ID, ENVD_VERSION, TEMPLATES, Sandbox
@@ -64,6 +70,13 @@ router = APIRouter(route_class=_E2bRoute, include_in_schema=False)
 """E2B's routes, in E2B's shapes: its own OpenAPI spec describes them, not Cubicle's."""
 
 
+class AutoResume(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    enabled: bool = False
+    """Resume a paused sandbox when it is used (its envd, its ports)."""
+
+
 class NewSandbox(BaseModel):
     """E2B's `NewSandbox` body; what Cubicle cannot honour is refused by name."""
 
@@ -76,6 +89,9 @@ class NewSandbox(BaseModel):
     secure: bool = True
     allow_internet_access: bool = True
     autoPause: bool = False
+    """Pause at the timeout instead of killing (E2B's `lifecycle={"on_timeout": "pause"}`)."""
+    autoPauseMemory: bool = True
+    autoResume: AutoResume | None = None
 
 
 class Timeout(BaseModel):
@@ -95,7 +111,6 @@ _REFUSED = {
     "volumeMounts": "volumes",
     "mcp": "the MCP gateway",
     "iam": "IAM roles",
-    "autoResume": "auto-resume",
 }
 
 
@@ -142,7 +157,7 @@ def _detail(services: Services, sandbox: Sandbox, info: DesktopInfo) -> dict[str
         **_sandbox_body(services, sandbox),
         "startedAt": sandbox.started_at.isoformat(),
         "endAt": sandbox.end_at.isoformat(),
-        "cpuCount": max(1, int(settings.cpu_cores or 1)),
+        "cpuCount": _cpu_count(services),
         "memoryMB": settings.memory_mb,
         "diskSizeMB": settings.disk_mb,
         "state": _STATES[info.status],
@@ -178,13 +193,20 @@ async def _create(services: Services, body: NewSandbox) -> JSONResponse:
     for name, what in _REFUSED.items():
         if extra.get(name):
             raise NotSupported(f"{name}: Cubicle does not offer {what} through E2B's API yet")
-    if body.autoPause:
+    if body.autoPause and not body.autoPauseMemory:
         raise NotSupported(
-            "autoPause: Cubicle does not pause sandboxes on timeout yet (pause them yourself)"
+            "autoPauseMemory false (a filesystem-only pause on timeout): Cubicle pauses "
+            "sandboxes with their memory only"
         )
     template = _template(body.templateID)
     timeout_s = _timeout(body.timeout)
-    request = CreateDesktop(timeout_s=timeout_s, network=body.allow_internet_access)
+    lifecycle = Lifecycle(
+        on_timeout="pause" if body.autoPause else "kill",
+        auto_resume=body.autoResume is not None and body.autoResume.enabled,
+    )
+    request = CreateDesktop(
+        timeout_s=timeout_s, network=body.allow_internet_access, lifecycle=lifecycle
+    )
     # E2B's sandboxes have the internet by default, the pool's default spares do not:
     # keep the operator's margin of spares of the kind E2B clients ask for.
     services.manager.want_warm("e2b", services.settings.warm_pool, request)
@@ -256,6 +278,28 @@ async def list_v1(
 ) -> list[dict[str, Any]]:
     _key(services, key, bearer)
     return _listed(services, metadata, None)
+
+
+@router.get("/sandboxes/metrics")
+async def sandboxes_metrics(
+    services: ServicesDep,
+    key: ApiKey = None,
+    bearer: Bearer = None,
+    sandbox_ids: Annotated[str, Query(max_length=10_000)] = "",
+) -> dict[str, Any]:
+    """The latest reading of each sandbox named (those not running or paused: left out).
+    Before `/sandboxes/{sandbox_id}`, which would take `metrics` for an id."""
+    _key(services, key, bearer)
+    found: dict[str, Any] = {}
+    for sandbox_id in filter(None, sandbox_ids.split(",")):
+        try:
+            _found(services, sandbox_id)
+        except CubicleError:
+            continue
+        limits = services.manager.metrics_of(sandbox_id)
+        if limits.samples:
+            found[sandbox_id] = _metric(services, limits.samples[-1], limits)
+    return {"sandboxes": found}
 
 
 @router.get("/sandboxes/{sandbox_id}")
@@ -363,6 +407,47 @@ async def pause_sandbox(
     return Response(status_code=204)
 
 
+def _cpu_count(services: Services) -> int:
+    return max(1, int(services.settings.cpu_cores or 1))
+
+
+def _metric(services: Services, sample: UsageSample, limits: DesktopMetrics) -> dict[str, Any]:
+    """One of Cubicle's readings in E2B's `SandboxMetric` shape."""
+    cpus = _cpu_count(services)
+    return {
+        "timestamp": sample.at.isoformat(),
+        "timestampUnix": int(sample.at.timestamp()),
+        "cpuCount": cpus,
+        "cpuUsedPct": round((sample.cpu_pct or 0.0) / cpus, 2),
+        "memUsed": sample.memory_bytes - sample.memory_cache_bytes,
+        "memTotal": limits.memory_limit_bytes,
+        "memCache": sample.memory_cache_bytes,
+        "diskUsed": sample.disk_bytes or 0,
+        "diskTotal": limits.disk_limit_bytes,
+    }
+
+
+def _unix(seconds: int | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+@router.get("/sandboxes/{sandbox_id}/metrics")
+async def sandbox_metrics(
+    sandbox_id: str,
+    services: ServicesDep,
+    key: ApiKey = None,
+    bearer: Bearer = None,
+    start: Annotated[int | None, Query(ge=0)] = None,
+    end: Annotated[int | None, Query(ge=0)] = None,
+) -> list[dict[str, Any]]:
+    """Its readings (one every `CUBICLE_METRICS_INTERVAL_S`) from `start` to `end`, Unix
+    seconds, in E2B's shape."""
+    _key(services, key, bearer)
+    _found(services, sandbox_id)
+    readings = services.manager.metrics_of(sandbox_id, _unix(start), _unix(end))
+    return [_metric(services, sample, readings) for sample in readings.samples]
+
+
 def _missing(what: str) -> Callable[..., Coroutine[Any, Any, Response]]:
     async def refuse(services: ServicesDep, key: ApiKey = None, bearer: Bearer = None) -> Response:
         _key(services, key, bearer)
@@ -372,8 +457,6 @@ def _missing(what: str) -> Callable[..., Coroutine[Any, Any, Response]]:
 
 
 for _path, _methods, _what in (
-    ("/sandboxes/{sandbox_id}/metrics", ["GET"], "sandbox metrics"),
-    ("/sandboxes/metrics", ["GET"], "sandbox metrics"),
     ("/sandboxes/{sandbox_id}/snapshots", ["POST"], "snapshots through E2B's API"),
     ("/snapshots", ["GET"], "snapshots through E2B's API"),
     ("/templates", ["GET", "POST"], "templates (E2B's template builds)"),

@@ -77,7 +77,7 @@ async def webrtc_offer(desktop_id: str, body: Offer, access: ViewAccess, live: L
     The offer needs a receive-only video section (H.264, packetization-mode 1) and may carry
     a data channel, which then takes the viewer's input and reports who controls.
     """
-    desktop = live.get(desktop_id)
+    desktop = await live.woken(desktop_id)
     viewer, sdp = await desktop.add_webrtc_viewer(body.sdp, can_control=access.mode == "control")
     desktop.on_revoke(access.link_id, viewer.close)
     return Answer(sdp=sdp, viewer_id=viewer.id)
@@ -96,7 +96,7 @@ class _ClosingStream(StreamingResponse):
 @router.get("/{desktop_id}/mjpeg", response_class=StreamingResponse)
 async def mjpeg(desktop_id: str, access: ViewAccess, live: LiveDep) -> StreamingResponse:
     """The fallback view: the screen as MJPEG (`multipart/x-mixed-replace`), for an `<img>`."""
-    desktop = live.get(desktop_id)
+    desktop = await live.woken(desktop_id)
     revoked = asyncio.Event()
     desktop.on_revoke(access.link_id, revoked.set)
     return _ClosingStream(
@@ -164,7 +164,7 @@ async def input_socket(websocket: WebSocket, desktop_id: str) -> None:
     try:
         access = access_of(websocket, desktop_id)
         check_access(access, desktop_id, "view")
-        live = services_of(websocket).get(LiveDesktops).get(desktop_id)
+        live = await services_of(websocket).get(LiveDesktops).woken(desktop_id)
     except CubicleError as exc:
         await websocket.close(code=4000 + status_for(exc), reason=exc.message[:120])
         return

@@ -268,6 +268,12 @@ class LiveDesktops:
             raise RuntimeError("the live view has not started")
         return self._manager
 
+    async def woken(self, desktop_id: str) -> LiveDesktop:
+        """`get`, once a paused desktop that resumes on use (`auto_resume`) is resumed: a
+        new viewer is a use."""
+        await self.manager.awake(desktop_id, touch=False)
+        return self.get(desktop_id)
+
     def get(self, desktop_id: str) -> LiveDesktop:
         """The live side of a ready desktop; raises if it is unknown, starting or gone."""
         self.manager.guest(desktop_id, touch=False)

@@ -192,7 +192,7 @@ class PortProxy:
             if redirect is not None:
                 await redirect(scope, receive, send)
                 return
-            guest = services.manager.guest(target.desktop_id)
+            guest = await services.manager.awake(target.desktop_id)
         except CubicleError as exc:
             await _refuse(scope, receive, send, exc)
             return
@@ -243,7 +243,7 @@ async def _envd(
         await _refuse_e2b(scope, receive, send, 401, "the sandbox's access token is missing")
         return
     try:
-        guest = services.manager.guest(target.desktop_id)
+        guest = await services.manager.awake(target.desktop_id)
     except DesktopPaused as exc:
         await _refuse_e2b(scope, receive, send, 502, str(exc))
         return

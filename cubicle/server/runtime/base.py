@@ -96,6 +96,23 @@ class SandboxEgress:
         )
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What a sandbox uses, read at one moment (`Sandbox.usage`)."""
+
+    cpu_s: float | None
+    """CPU time all its processes used since it started, seconds; None where unknown."""
+    memory_bytes: int
+    """Memory charged to it now, page cache included."""
+    memory_cache_bytes: int
+    """The page cache part of it."""
+    disk_bytes: int | None
+    """Disk its own writes take now; None where unknown."""
+    net_rx_bytes: int | None = None
+    """Bytes received over its network since it started; None without one."""
+    net_tx_bytes: int | None = None
+
+
 class Sandbox(abc.ABC):
     """A started sandbox: where its guest listens, its progress, and how to end it."""
 
@@ -139,6 +156,10 @@ class Sandbox(abc.ABC):
     async def stop(self) -> None:
         """End the sandbox and everything in it, and free its resources; idempotent."""
 
+    def usage(self) -> Usage | None:
+        """What it uses now (blocking: file reads); None where the runtime cannot say."""
+        return None
+
     async def pause(self) -> None:
         """Stop everything in the sandbox where it stands, memory kept, until `resume`:
         no CPU is used meanwhile. `NotSupported` where the runtime cannot."""
@@ -170,6 +191,8 @@ class Runtime(abc.ABC):
     """Whether its sandboxes take egress rules of their own (`Sandbox.set_egress`)."""
     joins_networks: bool = False
     """Whether its sandboxes can join private networks (`Sandbox.network_namespace`)."""
+    can_pause: bool = False
+    """Whether its sandboxes pause and resume (`Sandbox.pause`)."""
     disks_on_this_host: bool = True
     """Whether its desktops' disks are sparse files in this service's data directory (an
     upload then checks the host has room for it, not only the desktop's own disk)."""

@@ -37,6 +37,10 @@ ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
 FREEZER = "freezer"
 """cgroup v1's controller that stops a cgroup's processes; v2 has `cgroup.freeze` built in."""
+CPUACCT = "cpuacct"
+"""cgroup v1's controller that counts a cgroup's CPU time; v2 counts it in `cpu.stat`."""
+OPTIONAL_V1 = (FREEZER, CPUACCT)
+"""v1 controllers desktops join where they are mounted and writable (pause, CPU figures)."""
 FREEZE_TIMEOUT_S = 5.0
 
 
@@ -142,6 +146,21 @@ class Cgroup:
         """Memory charged to the sandbox now, in bytes (page cache and tmpfs included)."""
         name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
         return _read_int(self._controller("memory") / name)
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time every process of the cgroup used so far, ended ones included; None
+        where this host does not count it (v1 without cpuacct)."""
+        if self.version == 2:
+            return _read_int(self.paths[0] / "cpu.stat", "usage_usec") / 1e6
+        for path in self.paths:  # its own hierarchy, or mounted with cpu's
+            if (path / "cpuacct.usage").exists():
+                return _read_int(path / "cpuacct.usage") / 1e9
+        return None
+
+    def memory_cache_bytes(self) -> int:
+        """The page cache part of `memory_bytes` (files read and written, tmpfs)."""
+        memory = self._controller("memory")
+        return _read_int(memory / "memory.stat", "file" if self.version == 2 else "cache")
 
     @property
     def can_freeze(self) -> bool:
@@ -271,11 +290,13 @@ class Hierarchy:
                 )
             _sweep(base)
             parents.append(base / f"cubicle-{os.getpid()}")
-        freezer = root / FREEZER / own.get(FREEZER, "/").lstrip("/")
-        if _writable(freezer):  # optional: without it desktops cannot pause
-            _sweep(freezer)
-            parents.append(freezer / f"cubicle-{os.getpid()}")
-            controllers = (*controllers, FREEZER)
+        for name in OPTIONAL_V1:  # without them desktops cannot pause, or count CPU time
+            base = root / name / own.get(name, "/").lstrip("/")
+            used = {parent.parent.resolve() for parent in parents}
+            if _writable(base) and base.resolve() not in used:  # cpuacct may share cpu's
+                _sweep(base)
+                parents.append(base / f"cubicle-{os.getpid()}")
+                controllers = (*controllers, name)
         for path in parents:
             path.mkdir(exist_ok=True)
         note = "cgroup v1 under " + ", ".join(str(p) for p in parents)

@@ -43,7 +43,7 @@ from cubicle.protocol.errors import (
 from cubicle.protocol.models import GuestEvent
 from cubicle.server.guest_client import GuestEndpoint
 from cubicle.server.runtime import bwrap, cgroups, disk, priority, syscalls, users
-from cubicle.server.runtime.base import Runtime, Sandbox, SandboxEgress, SandboxSpec
+from cubicle.server.runtime.base import Runtime, Sandbox, SandboxEgress, SandboxSpec, Usage
 from cubicle.server.runtime.network import EgressRules, UserNetwork
 from cubicle.server.runtime.pipes import PipeReader
 
@@ -147,6 +147,23 @@ class LocalSandbox(Sandbox):
             with contextlib.suppress(FileNotFoundError):
                 return self.cgroup.pids()
         return [self._process.pid]
+
+    def usage(self) -> Usage | None:
+        cgroup = self.cgroup
+        if cgroup is None:
+            return None
+        try:
+            rx_tx = _net_bytes(self.child_pid) if self.network is not None else (None, None)
+            return Usage(
+                cpu_s=cgroup.cpu_seconds(),
+                memory_bytes=cgroup.memory_bytes(),
+                memory_cache_bytes=cgroup.memory_cache_bytes(),
+                disk_bytes=self.disk.allocated_bytes() if self.disk is not None else None,
+                net_rx_bytes=rx_tx[0],
+                net_tx_bytes=rx_tx[1],
+            )
+        except (OSError, ValueError):  # ended meanwhile
+            return None
 
     async def pause(self) -> None:
         cgroup = self.cgroup
@@ -253,6 +270,13 @@ class LocalRuntime(Runtime):
                 log.warning("UNSAFE (CUBICLE_UNSAFE_NO_LIMITS=1): not enforced: %s", problem)
         if self.hardening.off:
             log.warning("UNSAFE: sandbox hardening is OFF (seccomp, cgroups, disk caps)")
+
+    @property
+    def can_pause(self) -> bool:  # type: ignore[override]
+        hierarchy = self.hierarchy
+        return hierarchy is not None and (
+            hierarchy.version == 2 or cgroups.FREEZER in hierarchy.controllers
+        )
 
     def _cgroups(self) -> cgroups.Hierarchy | None:
         if self.hardening.off:
@@ -477,6 +501,20 @@ class LocalRuntime(Runtime):
             listener.close()
         status = PipeReader(status_r)
         return LocalSandbox(spec, directory, process, status, cgroup, desk, release, info_r)
+
+
+def _net_bytes(pid: int | None) -> tuple[int | None, int | None]:
+    """Bytes received and sent by the network namespace of `pid`, loopback aside."""
+    if pid is None:
+        return None, None
+    rx = tx = 0
+    for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]:
+        name, _, counters = line.partition(":")
+        if name.strip() == "lo":
+            continue
+        fields = counters.split()
+        rx, tx = rx + int(fields[0]), tx + int(fields[8])
+    return rx, tx
 
 
 def _read_json(fd: int) -> dict:

@@ -26,7 +26,7 @@ from cubicle.protocol.errors import CapacityReached, Conflict, CubicleError, Inv
 from cubicle.protocol.models import GuestEvent
 from cubicle.protocol.service import SnapshotInfo
 from cubicle.server.guest_client import GuestEndpoint
-from cubicle.server.runtime.base import Runtime, Sandbox, SandboxSpec
+from cubicle.server.runtime.base import Runtime, Sandbox, SandboxSpec, Usage
 from cubicle.server.runtime.microvm import snapshot as snapshots
 from cubicle.server.runtime.microvm.image import Image, build_image
 from cubicle.server.runtime.microvm.qemu import Accel, probe_accel
@@ -61,6 +61,9 @@ class MicroVmSandbox(Sandbox):
     async def stop(self) -> None:
         await self.vm.stop()
 
+    def usage(self) -> Usage | None:
+        return self.vm.usage()
+
     async def pause(self) -> None:
         await self.vm.pause()
 
@@ -75,6 +78,7 @@ class MicroVmRuntime(Runtime):
     """Starts desktops in QEMU microVMs restored from snapshots."""
 
     name = "microvm"
+    can_pause = True
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cubicle.protocol.errors import SandboxStartError
+from cubicle.server.runtime.base import Usage
 from cubicle.server.runtime.microvm import snapshot as snapshots
 from cubicle.server.runtime.microvm.channel import DesktopConfig, HostChannel, Identity
 from cubicle.server.runtime.microvm.image import Image
@@ -112,6 +113,25 @@ class MicroVm:
                 log.warning("desktop %s: %s", self.id, self._failure)
                 await self.vm.stop()
                 return
+
+    def usage(self) -> Usage | None:
+        """QEMU's CPU time and resident memory, and the desktop's own disk layer."""
+        pid = self.vm.process.pid
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            status = Path(f"/proc/{pid}/status").read_text()
+            layer = (self.directory / "data.qcow2").stat().st_blocks * 512
+        except (OSError, IndexError):
+            return None
+        rss = [line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")]
+        rss_kb = int(rss[0]) if rss else 0
+        ticks = int(stat[11]) + int(stat[12])
+        return Usage(
+            cpu_s=ticks / os.sysconf("SC_CLK_TCK"),
+            memory_bytes=rss_kb * 1024,
+            memory_cache_bytes=0,
+            disk_bytes=layer,
+        )
 
     async def pause(self) -> None:
         """Stop the VM's CPUs (QEMU's `stop`): its memory stays, nothing in it runs, and
