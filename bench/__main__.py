@@ -35,6 +35,7 @@ from bench import (
     hardening,
     live,
     load,
+    metrics,
     microvm,
     pause,
     pointer,
@@ -69,6 +70,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "egress": egress.run,
     "e2b": e2b.run,
     "pause": pause.run,
+    "metrics": metrics.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"
