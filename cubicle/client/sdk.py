@@ -40,6 +40,7 @@ from cubicle.protocol.errors import (
     CubicleError,
     ServiceUnreachable,
     WindowNotFound,
+    from_code,
     raise_for_status,
 )
 from cubicle.protocol.models import (
@@ -62,12 +63,14 @@ from cubicle.protocol.service import (
     DesktopInfo,
     DesktopMetrics,
     DesktopNetwork,
+    Forked,
     PortAccess,
     PortInfo,
     PreviewLink,
     RecordingInfo,
     SecretInfo,
     ShareLink,
+    SnapshotInfo,
 )
 
 T = TypeVar("T")
@@ -79,6 +82,7 @@ _PORTS = TypeAdapter(list[PortInfo])
 _DESKTOPS = TypeAdapter(list[DesktopInfo])
 _RECORDINGS = TypeAdapter(list[RecordingInfo])
 _SECRETS = TypeAdapter(list[SecretInfo])
+_SNAPSHOTS = TypeAdapter(list[SnapshotInfo])
 _CONTEXTS = TypeAdapter(list[ContextInfo])
 
 
@@ -137,12 +141,26 @@ class _Api:
             self.url, token = service_address(base_url, token)
         else:  # the transport reaches the service its own way: it may need no token
             self.url = (base_url or "http://cubicle").rstrip("/")
+        self._transport = transport
         self.http = httpx.AsyncClient(
             base_url=self.url,
             headers={"Authorization": f"Bearer {token}"} if token else {},
             timeout=httpx.Timeout(timeout_s, connect=10.0),
             transport=transport,
         )
+
+    def sibling(self) -> _Api:
+        """Another client of the same service with the same credentials (for a desktop
+        this one made: each desktop object closes its own)."""
+        twin = object.__new__(_Api)
+        twin.url, twin._transport = self.url, self._transport
+        twin.http = httpx.AsyncClient(
+            base_url=self.url,
+            headers=self.http.headers,
+            timeout=self.http.timeout,
+            transport=self._transport,
+        )
+        return twin
 
     async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One call; a `busy` answer (nothing ran) is sent again after its `Retry-After`,
@@ -348,6 +366,26 @@ class AsyncDesktop:
         first, from `start` to `end`; `self.info.usage` after `refresh()` is the latest."""
         params = {k: v.isoformat() for k, v in (("start", start), ("end", end)) if v}
         return await self._model(DesktopMetrics, "GET", "metrics", params=params)
+
+    async def snapshot(self, name: str) -> SnapshotInfo:
+        """Save this desktop as `name` (local: its disk; microvm: disk and memory); start
+        copies with `AsyncDesktop.create(snapshot=name)`."""
+        return await self._model(SnapshotInfo, "POST", "snapshot", json={"name": name})
+
+    async def fork(self, count: int = 1) -> list[AsyncDesktop | CubicleError]:
+        """`count` new desktops from this one as it is now (local: its disk; microvm: disk
+        and memory); it goes on. One entry per child, in order: the desktop, or the error
+        that kept it from being made."""
+        answer = await self._model(Forked, "POST", "fork", json={"count": count})
+        made = iter(answer.desktops)
+        failed = {error.index: error for error in answer.errors}
+        children: list[AsyncDesktop | CubicleError] = []
+        for index in range(count):
+            if (error := failed.get(index)) is not None:
+                children.append(from_code(error.error, error.detail))
+            else:
+                children.append(AsyncDesktop(next(made), self._api.sibling()))
+        return children
 
     async def pause(self, *, keep_memory: bool = True) -> None:
         """Freeze the desktop where it stands until `resume()`: its programs, windows and
@@ -759,6 +797,14 @@ class AsyncServiceClient:
     async def delete_secret(self, name: str) -> None:
         await self._api.call("DELETE", f"/api/secrets/{quote(name, safe='')}")
 
+    async def snapshots(self) -> list[SnapshotInfo]:
+        """Every named snapshot (`AsyncDesktop.snapshot`, forks of microVM desktops)."""
+        response = await self._api.call("GET", "/api/snapshots")
+        return _SNAPSHOTS.validate_json(response.content)
+
+    async def delete_snapshot(self, name: str) -> None:
+        await self._api.call("DELETE", f"/api/snapshots/{quote(name, safe='')}")
+
     async def close(self) -> None:
         await self._api.close()
 
@@ -860,6 +906,13 @@ class Desktop:
     refresh = _blocking(AsyncDesktop.refresh)
     set_timeout = _blocking(AsyncDesktop.set_timeout)
     metrics = _blocking(AsyncDesktop.metrics)
+    snapshot = _blocking(AsyncDesktop.snapshot)
+
+    def fork(self, count: int = 1) -> list[Desktop | CubicleError]:
+        """`AsyncDesktop.fork`, each child a `Desktop`."""
+        made = _LoopThread.run(self._async.fork(count))
+        return [Desktop(m) if isinstance(m, AsyncDesktop) else m for m in made]
+
     pause = _blocking(AsyncDesktop.pause)
     resume = _blocking(AsyncDesktop.resume)
     kill = _blocking(AsyncDesktop.kill)
@@ -974,6 +1027,8 @@ class ServiceClient:
     create_secret = _blocking(AsyncServiceClient.create_secret)
     secrets = _blocking(AsyncServiceClient.secrets)
     delete_secret = _blocking(AsyncServiceClient.delete_secret)
+    snapshots = _blocking(AsyncServiceClient.snapshots)
+    delete_snapshot = _blocking(AsyncServiceClient.delete_snapshot)
     close = _blocking(AsyncServiceClient.close)
 
 

@@ -508,12 +508,17 @@ class CdpEndpoint(BaseModel):
     """The DevTools port inside the desktop (reachable only through the service)."""
 
 
+SNAPSHOT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+SNAPSHOT_NAME = re.compile(SNAPSHOT_NAME_PATTERN)
+"""A snapshot's name: 1-64 letters, digits, '.', '_' or '-', not starting with either."""
+
+
 class TakeSnapshot(BaseModel):
     """Body of `POST /api/desktops/{id}/snapshot`."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    name: Annotated[str, Field(pattern=SNAPSHOT_NAME_PATTERN)]
     """What to call it: 1-64 letters, digits, '.', '_' or '-'."""
 
 
@@ -521,3 +526,35 @@ class SnapshotInfo(BaseModel):
     name: str
     parent: str
     """The desktop it was taken of."""
+    runtime: str = "microvm"
+    """The runtime its desktops start in: `local` (the disk) or `microvm` (disk and memory)."""
+    created_at: datetime | None = None
+    size_bytes: int | None = None
+    """What it takes on the host's disk."""
+    memory: bool = True
+    """Whether desktops started from it come back with its memory (running programs)."""
+
+
+class ForkDesktop(BaseModel):
+    """`POST /api/desktops/{id}/fork`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    count: Annotated[int, Field(ge=1, le=16)] = 1
+
+
+class ForkError(BaseModel):
+    index: int
+    """Which child (0-based) could not be made."""
+    error: str
+    detail: str
+
+
+class Forked(BaseModel):
+    """The children of a fork, and the ones that could not be made."""
+
+    desktops: list[DesktopInfo]
+    errors: list[ForkError] = []
+    snapshot: str | None = None
+    """The snapshot the children started from, when it must be kept for them (microvm:
+    their disks and memory build on it); delete it once they are gone. None: removed."""

@@ -27,6 +27,7 @@ from cubicle.server.api import (
     pool,
     secrets,
     session,
+    snapshots,
 )
 from cubicle.server.api.auth import load_or_create_token, require_token
 from cubicle.server.api.errors import install as install_error_handlers
@@ -116,6 +117,7 @@ def create_app(
     app.include_router(ports_api.router, dependencies=[Depends(require_token)])
     app.include_router(networks.router, dependencies=[Depends(require_token)])
     app.include_router(secrets.router, dependencies=[Depends(require_token)])
+    app.include_router(snapshots.router, dependencies=[Depends(require_token)])
     app.include_router(e2b_control.router)  # X-API-KEY, E2B's way
     for room in rooms:
         for router in room.routers:

@@ -32,6 +32,7 @@ from cubicle.protocol.errors import (
     DesktopStarting,
     DiskFull,
     InvalidRequest,
+    NotFound,
     NotSupported,
     SandboxStartError,
 )
@@ -46,6 +47,8 @@ from cubicle.protocol.service import (
     DesktopMetrics,
     DesktopNetwork,
     DesktopStatus,
+    Forked,
+    ForkError,
     Lifecycle,
     NodeInfo,
     PoolInfo,
@@ -629,11 +632,63 @@ class SandboxManager:
         return result
 
     async def snapshot(self, desktop_id: str, name: str) -> SnapshotInfo:
-        """Save a ready desktop as a named snapshot, if its runtime can (microvm)."""
-        self.guest(desktop_id)
+        """Save a ready or paused desktop as a named snapshot, if its runtime can: the disk
+        (local), or disk and memory (microvm)."""
         record = self._record(desktop_id)
-        assert record.sandbox is not None  # a ready desktop has one
-        return await self.runtime(record.runtime).snapshot(record.sandbox, name)
+        async with record.pausing:  # a local snapshot freezes it for the copy
+            if record.status != "paused":
+                self.guest(desktop_id)  # ready, or the reason it is not
+            assert record.sandbox is not None  # a ready or paused desktop has one
+            return await self.runtime(record.runtime).snapshot(record.sandbox, name)
+
+    def snapshots(self) -> list[SnapshotInfo]:
+        """The named snapshots of every runtime this service started desktops in."""
+        names = {self.settings.runtime, *self._runtimes}
+        return [saved for name in sorted(names) for saved in self.runtime(name).snapshots()]
+
+    async def delete_snapshot(self, name: str) -> None:
+        """Delete snapshot `name` wherever it is; `NotFound` if nowhere."""
+        names = {self.settings.runtime, *self._runtimes}
+        deleted = [await self.runtime(runtime).delete_snapshot(name) for runtime in names]
+        if not any(deleted):
+            raise NotFound(f"no snapshot {name!r}: list them with GET /api/snapshots")
+
+    async def fork(self, desktop_id: str, count: int) -> Forked:
+        """`count` new desktops, each starting from this one as it is now: its disk (local),
+        or its disk and memory (microvm); the parent goes on. Each child has its own id,
+        user and disk copy, none of its secrets or networks; one that fails is reported by
+        its index, the others are still made."""
+        record = self._record(desktop_id)
+        name = f"fork-{desktop_id}-{uuid.uuid4().hex[:6]}"
+        await self.snapshot(desktop_id, name)
+        spec = record.spec
+        request = CreateDesktop(
+            resolution=(spec.width, spec.height),
+            network=spec.network,
+            memory_mb=spec.memory_mb,
+            max_pids=spec.max_pids,
+            runtime=record.runtime,
+            snapshot=name,
+            timeout_s=record.timeout_s,
+            lifecycle=record.lifecycle,
+        )
+        try:
+            made = await asyncio.gather(
+                *(self.create(request) for _ in range(count)), return_exceptions=True
+            )
+        finally:
+            kept = not await self.runtime(record.runtime).delete_snapshot(name)
+        forked = Forked(desktops=[], snapshot=name if kept else None)
+        for index, result in enumerate(made):
+            if isinstance(result, DesktopInfo):
+                forked.desktops.append(result)
+            elif isinstance(result, CubicleError):
+                forked.errors.append(ForkError(index=index, error=result.code, detail=str(result)))
+            elif isinstance(result, BaseException):
+                log.exception("fork %d of %s failed", index, desktop_id, exc_info=result)
+                detail = f"{type(result).__name__}: see the service's log"
+                forked.errors.append(ForkError(index=index, error="internal_error", detail=detail))
+        return forked
 
     async def pause(self, desktop_id: str, *, keep_memory: bool = True) -> DesktopInfo:
         """Freeze a ready desktop where it stands until `resume`: its processes, windows and

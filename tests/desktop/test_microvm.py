@@ -103,7 +103,14 @@ def test_a_snapshot_forks_identical_desktops_with_identities_of_their_own(api, d
     api.put(f"{base}/files", params={"path": "~/prepared.txt"}, content=b"ready to fork")
     taken = api.post(f"{base}/snapshot", json={"name": "prepared"}, timeout=300)
     assert taken.status_code == 201, taken.text
-    assert taken.json() == {"name": "prepared", "parent": desktop["id"]}
+    assert {k: taken.json()[k] for k in ("name", "parent", "runtime", "memory")} == {
+        "name": "prepared",
+        "parent": desktop["id"],
+        "runtime": "microvm",
+        "memory": True,
+    }
+    listed = {s["name"]: s for s in api.get("/api/snapshots").json()}
+    assert listed["prepared"]["size_bytes"] > 0
     again = api.post(f"{base}/snapshot", json={"name": "prepared"}, timeout=300)
     assert again.status_code == 409, again.text
     forks = [create_desktop(api, runtime="microvm", snapshot="prepared") for _ in range(2)]
@@ -128,6 +135,23 @@ def test_a_snapshot_forks_identical_desktops_with_identities_of_their_own(api, d
             api.delete(f"/api/desktops/{fork['id']}")
 
 
+def test_a_fork_keeps_running_programs_and_its_snapshot_while_needed(api, desktop):
+    base = f"/api/desktops/{desktop['id']}"
+    run(api, desktop["id"], "setsid sleep 4242 >/dev/null 2>&1 < /dev/null &")
+    answer = api.post(f"{base}/fork", json={"count": 1}, timeout=900)
+    assert answer.status_code == 201, answer.text
+    forked = answer.json()
+    (child,) = forked["desktops"]
+    try:
+        # memory and all: the process started before the fork runs in the child
+        assert run(api, child["id"], "pgrep -f '^sleep 4242' | wc -l").strip() == "1"
+        held = api.delete(f"/api/snapshots/{forked['snapshot']}")
+        assert held.status_code == 409 and child["id"] in held.json()["detail"]
+    finally:
+        api.delete(f"/api/desktops/{child['id']}")
+    assert api.delete(f"/api/snapshots/{forked['snapshot']}").status_code == 204
+
+
 def test_bad_snapshot_requests_get_clear_answers(api, desktop, service):
     base = f"/api/desktops/{desktop['id']}"
     bad_name = api.post(f"{base}/snapshot", json={"name": "../escape"})
@@ -136,10 +160,13 @@ def test_bad_snapshot_requests_get_clear_answers(api, desktop, service):
     assert unknown.status_code == 404 and unknown.json()["error"] == "snapshot_not_found"
     local = create_desktop(api)
     try:
-        refused = api.post(f"/api/desktops/{local['id']}/snapshot", json={"name": "x"})
-        assert refused.status_code == 409 and "microvm" in refused.json()["detail"]
+        # a local desktop's snapshot is its disk only: it says so
+        taken = api.post(f"/api/desktops/{local['id']}/snapshot", json={"name": "local-x"})
+        assert taken.status_code == 201, taken.text
+        assert taken.json()["runtime"] == "local" and taken.json()["memory"] is False
     finally:
         api.delete(f"/api/desktops/{local['id']}")
+        api.delete("/api/snapshots/local-x")
     # A snapshot of another image, or one missing its files, is refused and says why.
     snapshots = service.data_dir / "microvm" / "snapshots"
     source = snapshots / "prepared"

@@ -48,6 +48,8 @@ from cubicle.protocol.service import (
     DesktopInfo,
     DesktopMetrics,
     DesktopNetwork,
+    ForkDesktop,
+    Forked,
     PauseDesktop,
     SetTimeout,
     SnapshotInfo,
@@ -117,8 +119,18 @@ async def get_network(desktop_id: str, manager: ManagerDep) -> DesktopNetwork:
 
 @router.post("/{desktop_id}/snapshot", status_code=201)
 async def take_snapshot(desktop_id: str, body: TakeSnapshot, manager: ManagerDep) -> SnapshotInfo:
-    """Save the desktop as it is; `POST /api/desktops {"snapshot": name}` starts copies."""
+    """Save the desktop as it is (local: its disk; microvm: disk and memory);
+    `POST /api/desktops {"snapshot": name}` starts copies, `GET /api/snapshots` lists them."""
     return await manager.snapshot(desktop_id, body.name)
+
+
+@router.post("/{desktop_id}/fork", status_code=201)
+async def fork_desktop(
+    desktop_id: str, manager: ManagerDep, body: Annotated[ForkDesktop | None, Body()] = None
+) -> Forked:
+    """`count` new desktops starting from this one as it is now (its disk; in microvm its
+    memory too); it goes on running. Children that could not be made are in `errors`."""
+    return await manager.fork(desktop_id, (body or ForkDesktop()).count)
 
 
 @router.get("/{desktop_id}/metrics")

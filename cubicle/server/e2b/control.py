@@ -29,6 +29,8 @@ from cubicle.protocol.errors import (
     NotSupported,
     answer_for,
     describe_validation,
+    from_code,
+    status_for,
 )
 from cubicle.protocol.service import (
     CreateDesktop,
@@ -381,6 +383,52 @@ async def resume_sandbox(
         raise Conflict(f"sandbox {sandbox_id} is not paused")
     await services.manager.resume(sandbox_id)
     return _sandbox_body(services, _extend(services, sandbox_id, body.timeout, shorten=False))
+
+
+class Fork(BaseModel):
+    """Body of E2B's fork."""
+
+    model_config = ConfigDict(extra="allow")
+
+    count: Annotated[int, Field(ge=1, le=16)] = 1
+    timeout: Annotated[int, Field(ge=0, le=86_400)] | None = None
+
+
+@router.post("/sandboxes/{sandbox_id}/fork", status_code=201)
+async def fork_sandbox(
+    sandbox_id: str,
+    body: Fork,
+    services: ServicesDep,
+    key: ApiKey = None,
+    bearer: Bearer = None,
+) -> list[dict[str, Any]]:
+    """`count` sandboxes starting from this one as it is now, memory included (microVM
+    desktops; a local desktop forks its disk only, so E2B's fork is refused there), each
+    with the parent's template, metadata and envs; one result each, in order."""
+    _key(services, key, bearer)
+    parent, info = _found(services, sandbox_id)
+    if not services.manager.runtime(info.runtime).snapshots_memory:
+        raise NotSupported(
+            f"fork: E2B's forks keep the sandbox's memory, and {info.runtime} desktops fork "
+            "their disk only (programs start afresh): fork with Cubicle's API "
+            f"(POST /api/desktops/{sandbox_id}/fork) to get that, or use the microvm runtime"
+        )
+    forked = await services.manager.fork(sandbox_id, body.count)
+    timeout_s = _timeout(body.timeout) if body.timeout is not None else None
+    results: list[dict[str, Any]] = [{} for _ in range(body.count)]
+    made = iter(forked.desktops)
+    failed = {error.index: error for error in forked.errors}
+    for index in range(body.count):
+        if (error := failed.get(index)) is not None:
+            status = status_for(from_code(error.error, error.detail))
+            results[index] = {"error": {"code": status, "message": error.detail}}
+            continue
+        child = next(made)
+        seconds = timeout_s or int((parent.end_at - parent.started_at).total_seconds())
+        services.manager.extend(child.id, seconds)
+        sandbox = services.e2b.add(child.id, parent.template, seconds, parent.metadata, parent.env)
+        results[index] = {"sandbox": _sandbox_body(services, sandbox)}
+    return results
 
 
 class Pause(BaseModel):

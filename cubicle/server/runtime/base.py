@@ -193,6 +193,8 @@ class Runtime(abc.ABC):
     """Whether its sandboxes can join private networks (`Sandbox.network_namespace`)."""
     can_pause: bool = False
     """Whether its sandboxes pause and resume (`Sandbox.pause`)."""
+    snapshots_memory: bool = False
+    """Whether its snapshots (and so its forks) keep memory: running programs come back."""
     disks_on_this_host: bool = True
     """Whether its desktops' disks are sparse files in this service's data directory (an
     upload then checks the host has room for it, not only the desktop's own disk)."""
@@ -209,8 +211,16 @@ class Runtime(abc.ABC):
         """Save a running sandbox as snapshot `name`; `Conflict` where the runtime has none."""
         raise Conflict(
             f"desktop {sandbox.id} runs in the {self.name} runtime, which has no snapshots: "
-            "create it with runtime microvm"
+            "create it with runtime local or microvm"
         )
+
+    def snapshots(self) -> list[SnapshotInfo]:
+        """Its named snapshots."""
+        return []
+
+    async def delete_snapshot(self, name: str) -> bool:
+        """Delete its snapshot `name`; False if it has none of that name."""
+        return False
 
     async def close(self) -> None:  # noqa: B027 - most runtimes hold nothing of their own
         """Release what the runtime itself holds (not its sandboxes); idempotent."""

@@ -219,9 +219,21 @@ class Disks:
         partial.rename(image)  # atomic: whoever renames last, the file is whole
         return image
 
-    async def create(self, directory: Path, size_mb: int, owner: int | None) -> Disk:
+    async def create(
+        self, directory: Path, size_mb: int, owner: int | None, source: Path | None = None
+    ) -> Disk:
         """Make `directory` (it must not exist) with a desktop's disk mounted in it, handed to
-        `owner` (a host uid; None: this process's user)."""
+        `owner` (a host uid; None: this process's user): a fresh one, or a copy of the
+        image `source` (a snapshot's) of `size_mb`."""
+        if source is not None:
+            await asyncio.to_thread(directory.mkdir)
+            disk = await asyncio.to_thread(self._mount, source, directory, size_mb)
+            try:
+                await asyncio.to_thread(self._hand_over, disk, owner)
+            except BaseException:
+                await asyncio.to_thread(disk.release)
+                raise
+            return disk
         spare, self._spare = self._spare, None
         if spare is not None and spare.size_mb == size_mb:
             await asyncio.to_thread(os.rename, spare.image.parent, directory)

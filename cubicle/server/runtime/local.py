@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -35,14 +36,22 @@ from pydantic import ValidationError
 from cubicle.protocol.errors import (
     CapacityReached,
     Conflict,
-    InvalidRequest,
     NotSupported,
     SandboxError,
     SandboxStartError,
 )
 from cubicle.protocol.models import GuestEvent
+from cubicle.protocol.service import SnapshotInfo
 from cubicle.server.guest_client import GuestEndpoint
-from cubicle.server.runtime import bwrap, cgroups, disk, priority, syscalls, users
+from cubicle.server.runtime import (
+    bwrap,
+    cgroups,
+    disk,
+    disk_snapshots,
+    priority,
+    syscalls,
+    users,
+)
 from cubicle.server.runtime.base import Runtime, Sandbox, SandboxEgress, SandboxSpec, Usage
 from cubicle.server.runtime.network import EgressRules, UserNetwork
 from cubicle.server.runtime.pipes import PipeReader
@@ -255,6 +264,8 @@ class LocalRuntime(Runtime):
             else self.hardening.spare_disk_mb,
         )
         self._joined: int | None = disk.join(self.root)
+        self.saved = disk_snapshots.DiskSnapshots(data_dir / "snapshots")
+        """Named snapshots of desktops' disks (`POST /api/desktops/{id}/snapshot`)."""
         self._etc = bwrap.sandbox_etc(data_dir) if not self.hardening.off else {}
         self.problems: list[str] = []
         """What this host cannot enforce; creating a desktop fails with it (unless unsafe)."""
@@ -270,6 +281,34 @@ class LocalRuntime(Runtime):
                 log.warning("UNSAFE (CUBICLE_UNSAFE_NO_LIMITS=1): not enforced: %s", problem)
         if self.hardening.off:
             log.warning("UNSAFE: sandbox hardening is OFF (seccomp, cgroups, disk caps)")
+
+    async def snapshot(self, sandbox: Sandbox, name: str) -> SnapshotInfo:
+        """Save a desktop's disk as snapshot `name`, frozen for the copy (it goes on running,
+        or stays paused); desktops started from it get a copy of that disk."""
+        assert isinstance(sandbox, LocalSandbox)
+        if sandbox.disk is None:
+            raise Conflict(
+                f"desktop {sandbox.id} has no disk of its own to save (hardening is off)"
+            )
+        was_paused = sandbox.paused
+        if not was_paused:
+            await sandbox.pause()
+        try:
+            saved = await asyncio.to_thread(self.saved.save, name, sandbox.id, sandbox.disk)
+        finally:
+            if not was_paused:
+                await sandbox.resume()
+        return saved.info()
+
+    def snapshots(self) -> list[SnapshotInfo]:
+        return [saved.info() for saved in self.saved.all()]
+
+    async def delete_snapshot(self, name: str) -> bool:
+        try:
+            await asyncio.to_thread(self.saved.remove, name)
+        except disk_snapshots.LocalSnapshotNotFound:
+            return False
+        return True
 
     @property
     def can_pause(self) -> bool:  # type: ignore[override]
@@ -327,9 +366,8 @@ class LocalRuntime(Runtime):
 
     async def start(self, spec: SandboxSpec) -> Sandbox:
         if spec.snapshot is not None:
-            raise InvalidRequest(
-                "the local runtime has no snapshots: create it with runtime microvm"
-            )
+            saved = await asyncio.to_thread(self.saved.get, spec.snapshot)
+            spec = dataclasses.replace(spec, disk_mb=saved.size_mb)
         if self._running >= self.max_sandboxes:
             raise CapacityReached(
                 f"all {self.max_sandboxes} desktop slots are in use: kill a desktop first"
@@ -367,7 +405,13 @@ class LocalRuntime(Runtime):
         directory = self.root / spec.id
         desk = cgroup = None
         try:
-            if not self.hardening.off and not self.disks.missing:
+            if spec.snapshot is not None:
+                if self.hardening.off or self.disks.missing:
+                    raise SandboxStartError("a snapshot needs desktops' own disks on this host")
+                source = self.saved.get(spec.snapshot).image
+                desk = await self.disks.create(directory, spec.disk_mb, host_uid, source)
+                await asyncio.to_thread(disk_snapshots.scrub, desk)
+            elif not self.hardening.off and not self.disks.missing:
                 desk = await self.disks.create(directory, spec.disk_mb, host_uid)
             else:
                 directory.mkdir()

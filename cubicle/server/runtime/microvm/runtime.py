@@ -15,16 +15,17 @@ internet, never this host, its networks or cloud metadata (`cubicle.server.runti
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
-import re
 import shutil
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cubicle.protocol.errors import CapacityReached, Conflict, CubicleError, InvalidRequest
 from cubicle.protocol.models import GuestEvent
-from cubicle.protocol.service import SnapshotInfo
+from cubicle.protocol.service import SNAPSHOT_NAME, SnapshotInfo
 from cubicle.server.guest_client import GuestEndpoint
 from cubicle.server.runtime.base import Runtime, Sandbox, SandboxSpec, Usage
 from cubicle.server.runtime.microvm import snapshot as snapshots
@@ -39,15 +40,16 @@ log = logging.getLogger("cubicle.runtime.microvm")
 TEMPLATE_TIMEOUT_S = 600.0
 """Seconds a template's cold boot may take to draw its desktop (TCG on a busy host)."""
 DEFAULT_CPUS = 2
-SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class MicroVmSandbox(Sandbox):
     """The manager's view of one microVM desktop."""
 
-    def __init__(self, vm: MicroVm) -> None:
+    def __init__(self, vm: MicroVm, source: str | None = None) -> None:
         self.id = vm.id
         self.vm = vm
+        self.source = source
+        """The named snapshot it started from, if any (its disk and memory build on it)."""
         assert vm.identity is not None
         self.endpoint = GuestEndpoint(uds=str(vm.channel.guest_socket), secret=vm.identity.secret)
 
@@ -79,6 +81,7 @@ class MicroVmRuntime(Runtime):
 
     name = "microvm"
     can_pause = True
+    snapshots_memory = True
 
     def __init__(
         self,
@@ -200,7 +203,7 @@ class MicroVmRuntime(Runtime):
             self._running -= 1
             raise
         vm.watch(self.hang_s)
-        sandbox = MicroVmSandbox(vm)
+        sandbox = MicroVmSandbox(vm, spec.snapshot)
         self._sandboxes.add(sandbox)
 
         def release() -> None:
@@ -220,7 +223,45 @@ class MicroVmRuntime(Runtime):
             )
         image = await self.prepare()
         saved = await save_snapshot(sandbox.vm, image, self.snapshots_dir, self.run_dir, name)
-        return SnapshotInfo(name=saved.name, parent=sandbox.id)
+        listed = {info.name: info for info in self.snapshots()}
+        return listed.get(saved.name) or SnapshotInfo(name=saved.name, parent=sandbox.id)
+
+    def snapshots(self) -> list[SnapshotInfo]:
+        if not self.snapshots_dir.is_dir():
+            return []
+        found = []
+        for directory in sorted(self.snapshots_dir.iterdir()):
+            if directory.name.startswith(".") or not (directory / "meta.json").is_file():
+                continue
+            meta = directory / "meta.json"
+            size = sum(f.stat().st_blocks * 512 for f in directory.iterdir() if f.is_file())
+            try:
+                parent = json.loads(meta.read_text()).get("parent") or ""
+            except (OSError, ValueError):
+                continue
+            created = datetime.fromtimestamp(meta.stat().st_mtime, UTC)
+            found.append(
+                SnapshotInfo(
+                    name=directory.name,
+                    parent=str(parent),
+                    runtime=self.name,
+                    created_at=created,
+                    size_bytes=size,
+                )
+            )
+        return found
+
+    async def delete_snapshot(self, name: str) -> bool:
+        if not SNAPSHOT_NAME.match(name) or not (self.snapshots_dir / name).is_dir():
+            return False
+        users = sorted(s.id for s in self._sandboxes if s.source == name)
+        if users:
+            raise Conflict(
+                f"snapshot {name!r} holds the disk and memory of desktops {', '.join(users)}: "
+                "delete it once they are gone"
+            )
+        await asyncio.to_thread(snapshots.remove, self.snapshots_dir / name)
+        return True
 
     async def close(self) -> None:
         await asyncio.gather(*(s.stop() for s in list(self._sandboxes)))
