@@ -204,8 +204,10 @@ class Lifecycle(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     on_timeout: Literal["kill", "pause"] = "kill"
-    """At its idle timeout: stop it (everything in it is lost), or pause it with its
-    memory, to be resumed later (`POST …/resume`, or by any call with `auto_resume`)."""
+    """At its idle timeout: stop it (everything in it is lost), or pause it, to be
+    resumed later (`POST …/resume`, or by any call with `auto_resume`)."""
+    keep_memory: bool = True
+    """How `on_timeout: pause` pauses it: with its memory, or its disk only."""
     auto_resume: bool = False
     """A paused desktop resumes by itself when something uses it: an API call that reaches
     inside (screenshot, actions, exec, files, code…), its ports, or a new viewer."""
@@ -278,7 +280,8 @@ class PauseDesktop(BaseModel):
 
     keep_memory: bool = True
     """Keep the desktop's processes and memory, frozen where they stand (resume picks up
-    exactly there). False (processes end, the disk is kept) is not built yet: refused."""
+    exactly there); False: its programs end and only its disk is kept (it holds no memory
+    while paused, and boots again on resume; local runtime)."""
 
 
 class UsageSample(BaseModel):
@@ -324,6 +327,9 @@ class DesktopInfo(BaseModel):
     """When the desktop stops if nothing touches it (a paused one waits until resumed)."""
     paused_at: datetime | None = None
     """When it was paused, while it is."""
+    paused_memory: bool | None = None
+    """While paused: whether its memory was kept (programs frozen where they stood), or
+    only its disk (it boots again on resume)."""
     lifecycle: Lifecycle = Lifecycle()
     """What its idle timeout does, whether it resumes on use, its longest life."""
     usage: UsageSample | None = None

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from cubicle.protocol import actions as a
 from cubicle.protocol.errors import (
@@ -105,6 +106,8 @@ class _Desktop:
     secrets: list[str] = field(default_factory=list)
     """The secrets it uses through the egress proxy."""
     paused_at: datetime | None = None
+    parked_disk: Path | None = None
+    """The disk of a desktop paused without memory, to boot it again on."""
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     pausing: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while it pauses or resumes: one at a time."""
@@ -123,6 +126,7 @@ class _Desktop:
             timeout_s=self.timeout_s,
             expires_at=expires,
             paused_at=self.paused_at,
+            paused_memory=None if self.paused_at is None else self.parked_disk is None,
             lifecycle=self.lifecycle,
             usage=usage,
             reason=self.reason,
@@ -537,6 +541,9 @@ class SandboxManager:
             await record.client.close(f"desktop {record.spec.id} is {status}: {reason}")
         if record.sandbox is not None:
             await record.sandbox.stop()
+        if record.parked_disk is not None:
+            await asyncio.to_thread(record.parked_disk.unlink, True)
+            record.parked_disk = None
         self.outbound.proxy.unregister(record.spec.id)
         self.metrics.forget(record.spec.id)
         self.events.emit(DesktopEnded(record.spec.id, status, reason))
@@ -638,7 +645,10 @@ class SandboxManager:
         async with record.pausing:  # a local snapshot freezes it for the copy
             if record.status != "paused":
                 self.guest(desktop_id)  # ready, or the reason it is not
-            assert record.sandbox is not None  # a ready or paused desktop has one
+            if record.sandbox is None:
+                raise Conflict(
+                    f"desktop {desktop_id} is paused without its memory: resume it first"
+                )
             return await self.runtime(record.runtime).snapshot(record.sandbox, name)
 
     def snapshots(self) -> list[SnapshotInfo]:
@@ -677,7 +687,9 @@ class SandboxManager:
                 *(self.create(request) for _ in range(count)), return_exceptions=True
             )
         finally:
-            kept = not await self.runtime(record.runtime).delete_snapshot(name)
+            kept = True  # microvm: the children's disks and memory build on it
+            with contextlib.suppress(Conflict):
+                kept = not await self.runtime(record.runtime).delete_snapshot(name)
         forked = Forked(desktops=[], snapshot=name if kept else None)
         for index, result in enumerate(made):
             if isinstance(result, DesktopInfo):
@@ -691,35 +703,62 @@ class SandboxManager:
         return forked
 
     async def pause(self, desktop_id: str, *, keep_memory: bool = True) -> DesktopInfo:
-        """Freeze a ready desktop where it stands until `resume`: its processes, windows and
-        memory stay as they are and use no CPU; calls to it answer `DesktopPaused` and its
-        idle timeout stops counting. Pausing a paused desktop is a `Conflict`."""
-        if not keep_memory:
-            raise NotSupported(
-                "pausing without memory (keep_memory: false: processes end, the disk is "
-                "kept) is not built yet: pause with keep_memory true"
-            )
+        """Pause a ready desktop until `resume`; calls to it answer `DesktopPaused` and its
+        idle timeout stops counting. With its memory: everything in it is frozen where it
+        stands and uses no CPU. Without (`keep_memory=False`): its programs end and only
+        its disk is kept, so it holds no memory either; resuming boots it again on that
+        disk. Pausing a paused desktop is a `Conflict`."""
         record = self._record(desktop_id)
         async with record.pausing:  # one pause or resume at a time
             if record.status == "paused":
                 raise Conflict(f"desktop {desktop_id} is already paused")
             self.guest(desktop_id, touch=False)  # ready, or the reason it is not
             assert record.sandbox is not None
-            await record.sandbox.pause()
+            if keep_memory:
+                await record.sandbox.pause()
+            else:
+                await self._park(record)
             record.status, record.paused_at = "paused", datetime.now(UTC)
-        log.info("desktop %s paused", desktop_id)
+        log.info(
+            "desktop %s paused (%s)", desktop_id, "memory kept" if keep_memory else "disk only"
+        )
         return self._info(record)
 
+    async def _park(self, record: _Desktop) -> None:
+        """Stop a desktop's sandbox but keep its disk, to boot it again on `resume`."""
+        sandbox = record.sandbox
+        assert sandbox is not None
+        watcher, record.watcher = record.watcher, None
+        if watcher is not None:  # its sandbox ends on purpose: no failure to report
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        record.parked_disk = await sandbox.park()
+        if record.client is not None:
+            await record.client.close(f"desktop {record.spec.id} is paused")
+        record.sandbox = record.client = None
+
     async def resume(self, desktop_id: str) -> DesktopInfo:
-        """Let a paused desktop run on from where it stopped; its idle timeout counts again
-        from now. Resuming a desktop that runs changes nothing."""
+        """Let a paused desktop run on from where it stopped (one paused without memory
+        boots again on its disk); its idle timeout counts again from now. Resuming a
+        desktop that runs changes nothing."""
         record = self._record(desktop_id)
         async with record.pausing:
             if record.status != "paused":
                 self.guest(desktop_id)  # ready, or the reason it is not
                 return self._info(record)
-            assert record.sandbox is not None
-            await record.sandbox.resume()
+            if record.parked_disk is not None:
+                record.spec = dataclasses.replace(record.spec, disk_image=record.parked_disk)
+                try:
+                    await self._boot(record)
+                except BaseException as exc:
+                    await self._end(record, "failed", f"it did not boot again: {exc}")
+                    raise
+                record.parked_disk = None
+                record.spec = dataclasses.replace(record.spec, disk_image=None)
+            else:
+                assert record.sandbox is not None
+                await record.sandbox.resume()
             record.status, record.paused_at = "ready", None
             record.last_used = time.monotonic()
         log.info("desktop %s resumed", desktop_id)
@@ -782,7 +821,7 @@ class SandboxManager:
         if lifecycle.on_timeout == "pause":
             log.info("desktop %s idle for %.0f s: pausing", desktop_id, idle)
             try:
-                await self.pause(desktop_id)
+                await self.pause(desktop_id, keep_memory=lifecycle.keep_memory)
                 return
             except CubicleError as exc:  # ended meanwhile, or the freeze failed
                 if record.status != "ready":

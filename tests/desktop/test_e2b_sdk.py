@@ -226,6 +226,20 @@ def test_pause_and_connect_resume_where_it_stopped(e2b_env, service):
         Sandbox.kill(sbx.sandbox_id)
 
 
+def test_a_filesystem_pause_keeps_files_and_boots_again_on_connect(e2b_env):
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.files.write("/home/user/kept.txt", "kept on disk")
+        sbx.commands.run("sleep 600", background=True)
+        assert sbx.pause(mode="filesystem") is True
+        assert sbx.get_info().state.value == "paused"
+        again = Sandbox.connect(sbx.sandbox_id)
+        assert again.files.read("/home/user/kept.txt") == "kept on disk"
+        assert again.commands.run("pgrep -x sleep || echo none").stdout == "none\n"
+    finally:
+        Sandbox.kill(sbx.sandbox_id)
+
+
 def test_a_sandbox_pauses_on_timeout_and_resumes_when_used(e2b_env):
     sbx = Sandbox.create(timeout=10, lifecycle={"on_timeout": "pause", "auto_resume": True})
     try:
@@ -247,10 +261,6 @@ def test_what_cubicle_cannot_do_is_refused_by_name(e2b_env, service):
         Sandbox.create(api_key="not-the-token")
     sbx = Sandbox.create(timeout=60)
     try:
-        with pytest.raises(SandboxException, match="without memory"):
-            sbx.pause(mode="filesystem")
-        with pytest.raises(SandboxException, match="memory only"):
-            Sandbox.create(lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
         with pytest.raises(SandboxException, match="fork their disk only"):
             sbx.fork(count=1)
     finally:

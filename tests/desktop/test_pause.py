@@ -125,8 +125,8 @@ def test_a_paused_desktop_runs_nothing_and_says_so(api, desktop):
         listed = {d["id"]: d for d in api.get("/api/desktops").json()}
         assert listed[desktop_id]["status"] == "paused"
         assert listed[desktop_id]["expires_at"] is None  # the idle timeout waits
-        refused = api.post(f"{base}/pause", json={"keep_memory": False})
-        assert refused.status_code == 422 and "not built yet" in refused.json()["detail"]
+        cold = api.post(f"{base}/pause", json={"keep_memory": False})
+        assert cold.status_code == 409 and "already paused" in cold.json()["detail"]
     finally:
         assert api.post(f"{base}/resume").status_code == 200
     count = _tick(api, desktop_id)[1]
@@ -190,6 +190,40 @@ def test_pausing_unknown_desktops(api):
     assert bad.status_code == 422
 
 
+def test_paused_without_memory_keeps_the_disk_and_boots_again(api, service):
+    """Three times: the disk is kept, the programs end, the desktop holds no memory while
+    paused, and it is drawn again on resume."""
+    desktop = create_desktop(api)
+    base = f"/api/desktops/{desktop['id']}"
+    try:
+        api.put(f"{base}/files", params={"path": "~/kept.txt"}, content=b"on the disk")
+        api.put(f"{base}/files", params={"path": "~/ticker.py"}, content=TICKER.encode())
+        for _ in range(3):
+            _exec(api, desktop["id"], "setsid python3 ~/ticker.py >/dev/null 2>&1 < /dev/null &")
+            wait_until(lambda: _exec(api, desktop["id"], "cat /tmp/tick 2>/dev/null"), 10)
+            paused = api.post(f"{base}/pause", json={"keep_memory": False})
+            assert paused.status_code == 200, paused.text
+            assert paused.json()["status"] == "paused" and paused.json()["paused_memory"] is False
+            assert cgroups.find(desktop["id"]) is None  # no process, no memory held
+            assert api.get(f"{base}/screenshot").json()["error"] == "desktop_paused"
+            snap = api.post(f"{base}/snapshot", json={"name": "cold-x"})
+            assert snap.status_code == 409 and "without its memory" in snap.json()["detail"]
+            resumed = api.post(f"{base}/resume")
+            assert resumed.status_code == 200, resumed.text
+            assert resumed.json()["status"] == "ready" and resumed.json()["paused_memory"] is None
+            assert api.get(f"{base}/screenshot").status_code == 200  # drawn again
+            assert api.get(f"{base}/files", params={"path": "~/kept.txt"}).content == (
+                b"on the disk"
+            )
+            assert _exec(api, desktop["id"], "pgrep -f '[t]icker.py' || echo none") == "none\n"
+        # killed while paused so: its kept disk goes too
+        assert api.post(f"{base}/pause", json={"keep_memory": False}).status_code == 200
+        assert list((service.data_dir / "parked").glob("*.img"))
+    finally:
+        api.delete(base)
+    assert not list((service.data_dir / "parked").glob("*.img"))
+
+
 def _status(api, desktop_id: str) -> dict:
     return api.get(f"/api/desktops/{desktop_id}").json()
 
@@ -204,10 +238,13 @@ def test_lifecycle_pauses_at_the_timeout_resumes_on_use_and_ends_on_time():
             resumes = create_desktop(
                 api, timeout_s=10, lifecycle={"on_timeout": "pause", "auto_resume": True}
             )
-            kept = create_desktop(api, timeout_s=10, lifecycle={"on_timeout": "pause"})
+            kept = create_desktop(
+                api, timeout_s=10, lifecycle={"on_timeout": "pause", "keep_memory": False}
+            )
             short = create_desktop(api, timeout_s=600, lifecycle={"max_lifetime_s": 10})
             assert resumes["lifecycle"] == {
                 "on_timeout": "pause",
+                "keep_memory": True,
                 "auto_resume": True,
                 "max_lifetime_s": None,
             }
@@ -222,6 +259,7 @@ def test_lifecycle_pauses_at_the_timeout_resumes_on_use_and_ends_on_time():
 
             # without auto_resume a call is refused and the desktop stays paused
             wait_until(lambda: _status(api, kept["id"])["status"] == "paused", 30)
+            assert _status(api, kept["id"])["paused_memory"] is False  # its disk only
             refused = api.get(f"/api/desktops/{kept['id']}/cursor")
             assert refused.status_code == 409 and refused.json()["error"] == "desktop_paused"
             stopped = wait_until(

@@ -195,15 +195,11 @@ async def _create(services: Services, body: NewSandbox) -> JSONResponse:
     for name, what in _REFUSED.items():
         if extra.get(name):
             raise NotSupported(f"{name}: Cubicle does not offer {what} through E2B's API yet")
-    if body.autoPause and not body.autoPauseMemory:
-        raise NotSupported(
-            "autoPauseMemory false (a filesystem-only pause on timeout): Cubicle pauses "
-            "sandboxes with their memory only"
-        )
     template = _template(body.templateID)
     timeout_s = _timeout(body.timeout)
     lifecycle = Lifecycle(
         on_timeout="pause" if body.autoPause else "kill",
+        keep_memory=body.autoPauseMemory,
         auto_resume=body.autoResume is not None and body.autoResume.enabled,
     )
     request = CreateDesktop(
@@ -448,7 +444,8 @@ async def pause_sandbox(
     key: ApiKey = None,
     bearer: Bearer = None,
 ) -> Response:
-    """Pause with memory (a filesystem-only pause is refused); 409 if paused already."""
+    """Pause with its memory (E2B's `mode="full"`, the default) or its disk only
+    (`"filesystem"`: the sandbox boots again on connect); 409 if paused already."""
     _key(services, key, bearer)
     _found(services, sandbox_id)
     await services.manager.pause(sandbox_id, keep_memory=(body or Pause()).memory)

@@ -58,6 +58,9 @@ class SandboxSpec:
     """Host names and the addresses the desktop's /etc/hosts gives them."""
     trust_pem: bytes | None = None
     """A certificate authority the desktop trusts besides the system's (its egress proxy's)."""
+    disk_image: Path | None = None
+    """Start on this disk image, which the runtime takes over (a desktop paused without
+    memory, resumed: `Sandbox.park`)."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,13 @@ class Sandbox(abc.ABC):
         no CPU is used meanwhile. `NotSupported` where the runtime cannot."""
         raise NotSupported(
             "this runtime cannot pause desktops yet: use the local or microvm runtime"
+        )
+
+    async def park(self) -> Path:
+        """Stop the sandbox but keep its disk: returns the image to start it again from
+        (`SandboxSpec.disk_image`). `NotSupported` where the runtime cannot."""
+        raise NotSupported(
+            "this runtime cannot pause desktops without their memory: use the local runtime"
         )
 
     async def resume(self) -> None:

@@ -136,6 +136,14 @@ class Disk:
         except FileNotFoundError:
             return 0
 
+    def detach(self, into: Path) -> None:
+        """Unmount the image (not lazily: every write reaches the image first) and move it
+        to `into`, to be mounted again later (a desktop paused without memory)."""
+        if self.mountpoint.is_mount():
+            _run(*(["fusermount3", "-u"] if self.fuse else ["umount"]), str(self.mountpoint))
+        into.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.replace(self.image, into)
+
     def release(self) -> None:
         """Unmount and delete the image; idempotent, and lazy if something still holds it."""
         if self.mountpoint.is_mount():

@@ -111,6 +111,7 @@ class LocalSandbox(Sandbox):
         self.child_pid: int | None = None
         """The sandbox's first process (bwrap's child), once bwrap said it."""
         self.paused = False
+        self._park_into: Path | None = None
 
     def set_egress(self, rules: SandboxEgress) -> None:
         if self.network is None:
@@ -225,10 +226,21 @@ class LocalSandbox(Sandbox):
         self._status.close()
         if self.cgroup is not None:
             await asyncio.to_thread(self.cgroup.kill_all)
-        if self.disk is not None:
+        if self.disk is not None and self._park_into is not None:
+            await asyncio.to_thread(self.disk.detach, self._park_into)
+        elif self.disk is not None:
             await asyncio.to_thread(self.disk.release)
         await asyncio.to_thread(shutil.rmtree, self.directory, True)
         self._release_slot()
+
+    async def park(self) -> Path:
+        if self.disk is None:
+            raise NotSupported(
+                f"desktop {self.id} has no disk of its own to keep (hardening is off)"
+            )
+        self._park_into = self.directory.parent.parent / "parked" / f"{self.id}.img"
+        await self.stop()
+        return self._park_into
 
 
 class LocalRuntime(Runtime):
@@ -405,12 +417,14 @@ class LocalRuntime(Runtime):
         directory = self.root / spec.id
         desk = cgroup = None
         try:
-            if spec.snapshot is not None:
+            if spec.snapshot is not None or spec.disk_image is not None:
                 if self.hardening.off or self.disks.missing:
-                    raise SandboxStartError("a snapshot needs desktops' own disks on this host")
-                source = self.saved.get(spec.snapshot).image
+                    raise SandboxStartError("a saved disk needs desktops' own disks on this host")
+                source = spec.disk_image or self.saved.get(spec.snapshot or "").image
                 desk = await self.disks.create(directory, spec.disk_mb, host_uid, source)
                 await asyncio.to_thread(disk_snapshots.scrub, desk)
+                if spec.disk_image is not None:  # taken over: the copy is its disk now
+                    await asyncio.to_thread(spec.disk_image.unlink, True)
             elif not self.hardening.off and not self.disks.missing:
                 desk = await self.disks.create(directory, spec.disk_mb, host_uid)
             else:
