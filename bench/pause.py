@@ -1,5 +1,7 @@
 """`pause`: pause and resume a working desktop, against starting a fresh one.
 
+(Without memory too: the disk kept, a boot on it at resume.)
+
 Ours: a local desktop with an editor and a terminal open, `POST /api/desktops/{id}/pause`
 then `…/resume` and its first answer after (a cursor read: the desktop is usable again),
 each timed through the API with `http.client` on one keep-alive connection. Beside it, in
@@ -39,6 +41,10 @@ class PauseResult:
     """The baseline: a fresh desktop without a warm pool (ready and drawn), then its kill."""
     cold_create_over_resume: float
     """The cold create's median over resume-to-answer's."""
+    pause_without_memory: Summary
+    """`POST …/pause {"keep_memory": false}`: programs end, the disk is kept."""
+    resume_without_memory_to_answer: Summary
+    """`POST …/resume` of it (a boot on its disk, until drawn) and its first answer."""
     cpu_ms_per_s_running: float
     """CPU the idle running desktop's processes used, ms per second (5 s)."""
     cpu_ms_per_s_paused: float
@@ -143,6 +149,13 @@ def run(options: Options) -> PauseResult:
                         service.kill_desktop(other.id)
 
                     colds.append(_timed(cold))
+            progress(f"pause: {max(3, rounds // 6)} rounds without memory")
+            cold_pauses, cold_resumes = [], []
+            for _ in range(max(3, rounds // 6)):
+                cold_pauses.append(
+                    _timed(lambda: rest.call("POST", f"{base}/pause", {"keep_memory": False}))
+                )
+                cold_resumes.append(_timed(resume))
             progress("pause: CPU and memory, running and paused")
             time.sleep(1.0)
             running_cpu = _cpu_ms_per_s(desktop.id, settle_s)
@@ -161,6 +174,8 @@ def run(options: Options) -> PauseResult:
         pause_resume_round_trip=summarize(trips),
         cold_create_and_kill=cold_summary,
         cold_create_over_resume=speedup,
+        pause_without_memory=summarize(cold_pauses),
+        resume_without_memory_to_answer=summarize(cold_resumes),
         cpu_ms_per_s_running=running_cpu,
         cpu_ms_per_s_paused=paused_cpu,
         memory_mb_running=running_memory,
