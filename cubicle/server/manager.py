@@ -57,12 +57,14 @@ from cubicle.protocol.service import (
     UsageSample,
     is_cidr,
 )
+from cubicle.server import parked
 from cubicle.server.events import ActionsRan, DesktopEnded, Events
 from cubicle.server.guest_client import JSON, GuestClient
 from cubicle.server.heap import HeapTrim
 from cubicle.server.metrics import Metrics
 from cubicle.server.networks import Networks
 from cubicle.server.outbound import Outbound
+from cubicle.server.parked import Parked
 from cubicle.server.pool import DesktopKind, PoolHooks, WarmPool
 from cubicle.server.runtime import Found, Runtime, Sandbox, SandboxSpec, make_runtime
 from cubicle.server.runtime.base import SandboxEgress
@@ -145,6 +147,12 @@ class _Desktop:
         return NodeInfo(id=place.id, address=place.address) if place is not None else None
 
 
+def _outlives_a_restart(record: _Desktop) -> bool:
+    """A paused desktop a later service can take over from its kept disk: one that uses
+    nothing only this service holds (secrets, private networks, egress rules, host names)."""
+    return not (record.secrets or record.networks or record.egress or record.spec.hosts)
+
+
 def _outlives_service(record: _Desktop) -> bool:
     """A handed-out desktop in a runtime whose sandboxes outlive the service."""
     return record.status == "ready" and record.sandbox is not None and record.sandbox.detached
@@ -190,6 +198,7 @@ class SandboxManager:
             await self.networks.start()
             for found in await runtime.recover():
                 await self._adopt(runtime.name, found)
+            self._take_over_parked()
             self._reaper = asyncio.create_task(self._reap_idle(), name="reap-idle-desktops")
             self.metrics.start(self._measured)
             self.pool.start()
@@ -204,7 +213,8 @@ class SandboxManager:
         await self.metrics.close()
         await self.pool.stop()
         detached = [d for d in self._desktops.values() if _outlives_service(d)]
-        ending = [d for d in self._desktops.values() if d not in detached]
+        kept = [d for d in self._desktops.values() if await self._keep_for_later(d)]
+        ending = [d for d in self._desktops.values() if d not in detached and d not in kept]
         await asyncio.gather(
             *(self._let_go(d) for d in detached),
             *(self._end(d, "stopped", "the service shut down") for d in ending),
@@ -215,6 +225,33 @@ class SandboxManager:
         await self.networks.close()
         await asyncio.to_thread(self.outbound.close)
         await self._heap.close()
+
+    async def _keep_for_later(self, record: _Desktop) -> bool:
+        """Whether a stopping service leaves this desktop for the next one: a paused one
+        (paused with memory: now its disk only, the memory cannot outlive the service)."""
+        if record.status != "paused" or not _outlives_a_restart(record):
+            return False
+        if record.parked_disk is not None:
+            return True
+        try:
+            async with record.pausing:
+                await self._park(record)
+        except CubicleError as exc:  # a runtime that cannot keep a disk: it ends
+            log.info("paused desktop %s cannot be kept for later: %s", record.spec.id, exc)
+            return False
+        log.info("paused desktop %s kept for the next service (its disk only)", record.spec.id)
+        return True
+
+    def _take_over_parked(self) -> None:
+        """List the desktops an earlier service paused without memory, as they were."""
+        for found in parked.load_all(self.settings.data_dir / "parked"):
+            if found.spec.id in self._desktops:
+                continue
+            record = _Desktop(found.spec, found.runtime, found.timeout_s, found.created_at)
+            record.status, record.paused_at = "paused", found.paused_at
+            record.parked_disk, record.lifecycle = found.disk, found.lifecycle
+            self._desktops[found.spec.id] = record
+            log.info("desktop %s: paused by an earlier service, resumable", found.spec.id)
 
     def runtime(self, name: str) -> Runtime:
         """The runtime called `name`, built on first use."""
@@ -542,7 +579,7 @@ class SandboxManager:
         if record.sandbox is not None:
             await record.sandbox.stop()
         if record.parked_disk is not None:
-            await asyncio.to_thread(record.parked_disk.unlink, True)
+            await asyncio.to_thread(parked.forget, record.parked_disk)
             record.parked_disk = None
         self.outbound.proxy.unregister(record.spec.id)
         self.metrics.forget(record.spec.id)
@@ -734,9 +771,22 @@ class SandboxManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         record.parked_disk = await sandbox.park()
+        record.paused_at = record.paused_at or datetime.now(UTC)
         if record.client is not None:
             await record.client.close(f"desktop {record.spec.id} is paused")
         record.sandbox = record.client = None
+        if _outlives_a_restart(record):
+            await asyncio.to_thread(
+                Parked(
+                    record.spec,
+                    record.runtime,
+                    record.timeout_s,
+                    record.created_at,
+                    record.paused_at,
+                    record.lifecycle,
+                    record.parked_disk,
+                ).save
+            )
 
     async def resume(self, desktop_id: str) -> DesktopInfo:
         """Let a paused desktop run on from where it stopped (one paused without memory
@@ -754,6 +804,7 @@ class SandboxManager:
                 except BaseException as exc:
                     await self._end(record, "failed", f"it did not boot again: {exc}")
                     raise
+                parked.record_path(record.parked_disk).unlink(missing_ok=True)
                 record.parked_disk = None
                 record.spec = dataclasses.replace(record.spec, disk_image=None)
             else:

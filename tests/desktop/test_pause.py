@@ -275,3 +275,34 @@ def test_lifecycle_pauses_at_the_timeout_resumes_on_use_and_ends_on_time():
             assert bad.status_code == 422
     finally:
         stop_service(service)
+
+
+def test_a_paused_desktop_outlives_a_restart_of_the_service():
+    first = start_service(CUBICLE_WARM_POOL="0")
+    data_dir, token = first.data_dir, first.token
+    try:
+        with first.client() as api:
+            paused = create_desktop(api)
+            running = create_desktop(api)
+            base = f"/api/desktops/{paused['id']}"
+            api.put(f"{base}/files", params={"path": "~/work.txt"}, content=b"before restart")
+            assert api.post(f"{base}/pause").status_code == 200  # with its memory
+    finally:
+        stop_service(first)
+    second = start_service(data_dir=data_dir, token=token, CUBICLE_WARM_POOL="0")
+    try:
+        with second.client() as api:
+            listed = {d["id"]: d for d in api.get("/api/desktops").json()}
+            assert running["id"] not in listed  # a running desktop ends with its service
+            found = listed[paused["id"]]
+            # the memory could not outlive the service: the disk did
+            assert found["status"] == "paused" and found["paused_memory"] is False
+            resumed = api.post(f"/api/desktops/{paused['id']}/resume")
+            assert resumed.status_code == 200, resumed.text
+            again = api.get(f"/api/desktops/{paused['id']}/files", params={"path": "~/work.txt"})
+            assert again.content == b"before restart"
+            assert api.get(f"/api/desktops/{paused['id']}/screenshot").status_code == 200
+            assert api.delete(f"/api/desktops/{paused['id']}").status_code == 204
+        assert not list((data_dir / "parked").glob("*"))
+    finally:
+        stop_service(second)
