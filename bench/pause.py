@@ -45,6 +45,14 @@ class PauseResult:
     """`POST …/pause {"keep_memory": false}`: programs end, the disk is kept."""
     resume_without_memory_to_answer: Summary
     """`POST …/resume` of it (a boot on its disk, until drawn) and its first answer."""
+    fork_4_s: float
+    """`POST …/fork {"count": 4}` of the working desktop, until the four are drawn, s."""
+    four_cold_creates_s: float
+    """The baseline: four cold creates, one after the other, s."""
+    ten_paused_memory_mb: float
+    """Memory charged to ten desktops paused with their memory (cgroups), MB."""
+    ten_parked_disk_mb: float
+    """Host disk taken by the same ten paused without memory (their kept images), MB."""
     cpu_ms_per_s_running: float
     """CPU the idle running desktop's processes used, ms per second (5 s)."""
     cpu_ms_per_s_paused: float
@@ -108,6 +116,10 @@ def _memory_mb(desktop_id: str) -> float:
     return round((desktop_cgroup_memory_bytes(desktop_id) or 0) / 1e6, 1)
 
 
+def _creates(service: Service, count: int) -> list[str]:
+    return [service.create_desktop().id for _ in range(count)]
+
+
 def _timed(fn) -> float:
     started = time.perf_counter()
     fn()
@@ -156,6 +168,29 @@ def run(options: Options) -> PauseResult:
                     _timed(lambda: rest.call("POST", f"{base}/pause", {"keep_memory": False}))
                 )
                 cold_resumes.append(_timed(resume))
+            progress("pause: a fork of 4 beside 4 cold creates")
+            forked: list[str] = []
+
+            def fork() -> None:
+                answer = json.loads(rest.call("POST", f"{base}/fork", {"count": 4}))
+                forked.extend(d["id"] for d in answer["desktops"])
+
+            fork_s = _timed(fork)
+            for child in forked:
+                service.kill_desktop(child)
+            colds_s = _timed(lambda: [service.kill_desktop(d) for d in _creates(service, 4)])
+            progress("pause: ten desktops paused, with memory and without")
+            ten = _creates(service, 10)
+            for desktop_id in ten:
+                rest.call("POST", f"/api/desktops/{desktop_id}/pause", {})
+            ten_memory = sum(_memory_mb(d) for d in ten)
+            for desktop_id in ten:
+                rest.call("POST", f"/api/desktops/{desktop_id}/resume")
+                rest.call("POST", f"/api/desktops/{desktop_id}/pause", {"keep_memory": False})
+            parked = service.data_dir / "parked"
+            ten_disk = sum(f.stat().st_blocks * 512 for f in parked.glob("*.img")) / 1e6
+            for desktop_id in ten:
+                service.kill_desktop(desktop_id)
             progress("pause: CPU and memory, running and paused")
             time.sleep(1.0)
             running_cpu = _cpu_ms_per_s(desktop.id, settle_s)
@@ -174,6 +209,10 @@ def run(options: Options) -> PauseResult:
         pause_resume_round_trip=summarize(trips),
         cold_create_and_kill=cold_summary,
         cold_create_over_resume=speedup,
+        fork_4_s=round(fork_s, 2),
+        four_cold_creates_s=round(colds_s, 2),
+        ten_paused_memory_mb=round(ten_memory, 1),
+        ten_parked_disk_mb=round(ten_disk, 1),
         pause_without_memory=summarize(cold_pauses),
         resume_without_memory_to_answer=summarize(cold_resumes),
         cpu_ms_per_s_running=running_cpu,
