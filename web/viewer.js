@@ -347,5 +347,58 @@ window.addEventListener("pagehide", () => {
 window.addEventListener("pageshow", (event) => { if (event.persisted) location.reload(); });
 
 start().then(refresh);
+// --- usage: the desktop's CPU and memory, as the service reads them every few seconds ----
+
+const USAGE_WINDOW_MS = 10 * 60 * 1000;
+
+function mebibytes(bytes) { return `${Math.round(bytes / 2 ** 20)} MiB`; }
+
+function drawUsage(canvas, samples, memoryLimit) {
+  const context = canvas.getContext("2d");
+  const { width, height } = canvas;
+  context.clearRect(0, 0, width, height);
+  const now = Date.now();
+  // The last ten minutes, or since the first reading (a minute at least)
+  const first = samples.length ? Date.parse(samples[0].at) : now;
+  const span = Math.max(60_000, Math.min(USAGE_WINDOW_MS, now - first));
+  const x = (sample) => width - ((now - Date.parse(sample.at)) / span) * width;
+  const line = (color, value) => {
+    context.strokeStyle = color;
+    context.lineWidth = 1.5;
+    context.beginPath();
+    samples.forEach((sample, index) => {
+      const y = height - 2 - Math.min(1, value(sample)) * (height - 4);
+      if (index === 0) context.moveTo(x(sample), y); else context.lineTo(x(sample), y);
+    });
+    context.stroke();
+  };
+  const cpuTop = Math.max(100, ...samples.map((s) => s.cpu_pct || 0));
+  line("#1e78eb", (s) => (s.cpu_pct || 0) / cpuTop);
+  line("#e08a00", (s) => s.memory_bytes / memoryLimit);
+}
+
+async function showUsage() {
+  if (isShareLink) return;  // the desktop's figures are its owner's
+  const since = new Date(Date.now() - USAGE_WINDOW_MS).toISOString();
+  let metrics;
+  try {
+    metrics = await api("GET", `${base}/metrics?start=${encodeURIComponent(since)}`);
+  } catch {
+    $("usage").hidden = true;  // a share link may not read it; a desktop gone has none
+    return;
+  }
+  $("usage").hidden = false;
+  const samples = metrics.samples;
+  const chart = $("usage-chart");
+  chart.dataset.samples = String(samples.length);
+  const last = samples[samples.length - 1];
+  $("usage-now").textContent = last
+    ? `CPU ${Math.round(last.cpu_pct || 0)} % · memory ${mebibytes(last.memory_bytes)} of ${mebibytes(metrics.memory_limit_bytes)}`
+    : `no reading yet (one every ${metrics.interval_s} s)`;
+  drawUsage(chart, samples, metrics.memory_limit_bytes);
+}
+
 setInterval(refresh, 2000);
 setInterval(showStats, 1000);
+showUsage();
+setInterval(showUsage, 5000);

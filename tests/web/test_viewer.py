@@ -230,3 +230,11 @@ def test_record_from_the_page_and_download_the_mp4(page, service, api, desktop):
         assert float(stream.duration * stream.time_base) > 1.4
     log = api.get(page.locator("#recordings a.actions").first.get_attribute("href")).json()
     assert [entry["action"]["type"] for entry in log["actions"]] == ["move", "wait"], log
+
+
+def test_the_page_charts_the_desktops_usage(page, service, desktop):
+    page.goto(viewer_url(service, desktop))
+    # the service reads each desktop every 5 s; the page asks as often
+    expect(page.locator("#usage-now")).to_contain_text("CPU", timeout=20_000)
+    expect(page.locator("#usage-now")).to_contain_text("of 2048 MiB")
+    assert int(page.locator("#usage-chart").get_attribute("data-samples") or 0) >= 1
