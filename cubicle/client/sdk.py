@@ -64,6 +64,7 @@ from cubicle.protocol.service import (
     DesktopMetrics,
     DesktopNetwork,
     Forked,
+    Lifecycle,
     PortAccess,
     PortInfo,
     PreviewLink,
@@ -71,6 +72,8 @@ from cubicle.protocol.service import (
     SecretInfo,
     ShareLink,
     SnapshotInfo,
+    VolumeInfo,
+    VolumeMount,
 )
 
 T = TypeVar("T")
@@ -83,6 +86,7 @@ _DESKTOPS = TypeAdapter(list[DesktopInfo])
 _RECORDINGS = TypeAdapter(list[RecordingInfo])
 _SECRETS = TypeAdapter(list[SecretInfo])
 _SNAPSHOTS = TypeAdapter(list[SnapshotInfo])
+_VOLUMES = TypeAdapter(list[VolumeInfo])
 _CONTEXTS = TypeAdapter(list[ContextInfo])
 
 
@@ -288,6 +292,9 @@ class AsyncDesktop:
         egress: DesktopEgress | None = None,
         secrets: list[str] | None = None,
         hosts: dict[str, str] | None = None,
+        snapshot: str | None = None,
+        lifecycle: Lifecycle | None = None,
+        volumes: dict[str, str | VolumeMount] | None = None,
         base_url: str | None = None,
         token: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -295,8 +302,11 @@ class AsyncDesktop:
         """Start a new desktop; returns once it is drawn. `networks`: private networks to
         join (`POST /api/networks`), where it answers to its id and `alias`. `secrets`:
         secrets (`AsyncServiceClient.create_secret`) its programs use without seeing them,
-        through the egress proxy. `hosts`: extra lines of its /etc/hosts. `transport`:
-        how requests reach the service (httpx's), for a program that holds it in process."""
+        through the egress proxy. `hosts`: extra lines of its /etc/hosts. `snapshot`: start
+        from a named snapshot (`snapshot()`). `lifecycle`: pause at the idle timeout, resume
+        on use, a longest life. `volumes`: `{"/mnt/data": "team-data"}` (read-write) or
+        `VolumeMount(volume=…, read_only=True)`. `transport`: how requests reach the
+        service (httpx's), for a program that holds it in process."""
         api = _Api(base_url, token, timeout_s=120, transport=transport)
         request = CreateDesktop(
             resolution=resolution,
@@ -310,6 +320,9 @@ class AsyncDesktop:
             egress=egress,
             secrets=secrets or [],
             hosts=hosts or {},
+            snapshot=snapshot,
+            lifecycle=lifecycle or Lifecycle(),
+            volumes=volumes or {},
         )
         try:
             body = request.model_dump(exclude_none=True)
@@ -805,6 +818,17 @@ class AsyncServiceClient:
     async def delete_snapshot(self, name: str) -> None:
         await self._api.call("DELETE", f"/api/snapshots/{quote(name, safe='')}")
 
+    async def create_volume(self, name: str, size_mb: int = 1024) -> VolumeInfo:
+        """A volume of `size_mb` (its quota), for `AsyncDesktop.create(volumes=…)`."""
+        body = {"name": name, "size_mb": size_mb}
+        return await self._api.model(VolumeInfo, "POST", "/api/volumes", json=body)
+
+    async def volumes(self) -> list[VolumeInfo]:
+        return _VOLUMES.validate_json((await self._api.call("GET", "/api/volumes")).content)
+
+    async def delete_volume(self, name: str) -> None:
+        await self._api.call("DELETE", f"/api/volumes/{quote(name, safe='')}")
+
     async def close(self) -> None:
         await self._api.close()
 
@@ -1029,6 +1053,9 @@ class ServiceClient:
     delete_secret = _blocking(AsyncServiceClient.delete_secret)
     snapshots = _blocking(AsyncServiceClient.snapshots)
     delete_snapshot = _blocking(AsyncServiceClient.delete_snapshot)
+    create_volume = _blocking(AsyncServiceClient.create_volume)
+    volumes = _blocking(AsyncServiceClient.volumes)
+    delete_volume = _blocking(AsyncServiceClient.delete_volume)
     close = _blocking(AsyncServiceClient.close)
 
 

@@ -198,6 +198,53 @@ class DesktopNetwork(BaseModel):
     """The egress proxy's latest refusals, newest last (at most 100)."""
 
 
+VOLUME_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+VolumeName = Annotated[str, Field(pattern=VOLUME_NAME_PATTERN)]
+
+
+def _volume_path(path: str) -> str:
+    parts = path.split("/")[1:]
+    if not path.startswith(("/home/user/", "/mnt/")) or any(p in ("", ".", "..") for p in parts):
+        raise ValueError("a volume mounts at a path below /home/user/ or /mnt/, like /mnt/data")
+    return path
+
+
+VolumePath = Annotated[
+    str,
+    Field(min_length=6, max_length=200, pattern=r"^/[A-Za-z0-9._/-]+$"),
+    AfterValidator(_volume_path),
+]
+
+
+class VolumeMount(BaseModel):
+    """A volume in a desktop, written by it (one writer at a time) or read only (many)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    volume: VolumeName
+    read_only: bool = False
+
+
+class CreateVolume(BaseModel):
+    """`POST /api/volumes`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: VolumeName
+    size_mb: Annotated[int, Field(ge=16, le=65_536)] = 1024
+    """Its quota: writes past it fail with ENOSPC inside; the host's disk grows at most so."""
+
+
+class VolumeInfo(BaseModel):
+    name: str
+    size_mb: int
+    used_bytes: int
+    """What it takes on the host's disk now."""
+    created_at: datetime
+    mounted_in: dict[str, Literal["read-write", "read-only"]] = {}
+    """The desktops it is in now, and how."""
+
+
 class Lifecycle(BaseModel):
     """What happens to a desktop at its idle timeout, and how long it may live."""
 
@@ -271,6 +318,16 @@ class CreateDesktop(BaseModel):
     resolves these names the same way."""
     lifecycle: Lifecycle = Lifecycle()
     """Pause instead of stopping at the idle timeout, resume on use, a longest life."""
+    volumes: Annotated[dict[VolumePath, VolumeName | VolumeMount], Field(max_length=8)] = {}
+    """Volumes (`POST /api/volumes`) to mount, by path inside: `{"/mnt/data": "team-data"}`
+    read-write, or `{"/mnt/data": {"volume": "team-data", "read_only": true}}` (local
+    runtime)."""
+
+    def volume_mounts(self) -> list[tuple[str, VolumeMount]]:
+        return [
+            (path, VolumeMount(volume=v) if isinstance(v, str) else v)
+            for path, v in sorted(self.volumes.items())
+        ]
 
 
 class PauseDesktop(BaseModel):

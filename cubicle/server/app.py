@@ -28,6 +28,7 @@ from cubicle.server.api import (
     secrets,
     session,
     snapshots,
+    volumes,
 )
 from cubicle.server.api.auth import load_or_create_token, require_token
 from cubicle.server.api.errors import install as install_error_handlers
@@ -103,7 +104,10 @@ def create_app(
     )
     install_error_handlers(app)
     install_openapi(app)
-    limits = {("PUT", r"/api/desktops/[^/]+/files"): settings.max_upload_bytes}
+    limits = {
+        ("PUT", r"/api/desktops/[^/]+/files"): settings.max_upload_bytes,
+        ("PUT", r"/api/volumes/[^/]+/files"): settings.max_upload_bytes,
+    }
     for room in rooms:
         limits.update(room.body_limits)
     app.add_middleware(Guard, limits=BodyLimits(settings.max_body_bytes, limits))
@@ -118,6 +122,7 @@ def create_app(
     app.include_router(networks.router, dependencies=[Depends(require_token)])
     app.include_router(secrets.router, dependencies=[Depends(require_token)])
     app.include_router(snapshots.router, dependencies=[Depends(require_token)])
+    app.include_router(volumes.router, dependencies=[Depends(require_token)])
     app.include_router(e2b_control.router)  # X-API-KEY, E2B's way
     for room in rooms:
         for router in room.routers:

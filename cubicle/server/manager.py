@@ -69,6 +69,7 @@ from cubicle.server.pool import DesktopKind, PoolHooks, WarmPool
 from cubicle.server.runtime import Found, Runtime, Sandbox, SandboxSpec, make_runtime
 from cubicle.server.runtime.base import SandboxEgress
 from cubicle.server.settings import Settings
+from cubicle.server.volumes import Volumes
 
 log = logging.getLogger("cubicle.manager")
 
@@ -149,8 +150,10 @@ class _Desktop:
 
 def _outlives_a_restart(record: _Desktop) -> bool:
     """A paused desktop a later service can take over from its kept disk: one that uses
-    nothing only this service holds (secrets, private networks, egress rules, host names)."""
-    return not (record.secrets or record.networks or record.egress or record.spec.hosts)
+    nothing only this service holds (secrets, private networks, egress rules, host names,
+    volumes mounted for it)."""
+    spec = record.spec
+    return not (record.secrets or record.networks or record.egress or spec.hosts or spec.volumes)
 
 
 def _outlives_service(record: _Desktop) -> bool:
@@ -182,6 +185,8 @@ class SandboxManager:
         """Private networks desktops join at create (`cubicle.server.networks`)."""
         self.outbound = Outbound(settings)
         """Secrets, and the egress proxy that uses them (`cubicle.server.outbound`)."""
+        self.volumes = Volumes(settings.data_dir / "volumes")
+        """Named file systems desktops mount, outliving them (`cubicle.server.volumes`)."""
         self.metrics = Metrics(settings.metrics_interval_s)
         """What each desktop uses, read every few seconds (`cubicle.server.metrics`)."""
         self._reaper: asyncio.Task | None = None
@@ -222,6 +227,7 @@ class SandboxManager:
         )
         runtimes, self._runtimes = list(self._runtimes.values()), {}
         await asyncio.gather(*(runtime.close() for runtime in runtimes))
+        await asyncio.to_thread(self.volumes.close)
         await self.networks.close()
         await asyncio.to_thread(self.outbound.close)
         await self._heap.close()
@@ -334,6 +340,8 @@ class SandboxManager:
             self._check_networks(runtime, request)
         if request.egress is not None or request.secrets or request.hosts:
             self._check_egress(runtime, request)
+        if request.volumes and not self.runtime(runtime).mounts_volumes:
+            raise NotSupported(f"volumes: the {runtime} runtime cannot mount them: use local")
         if request.lifecycle.on_timeout == "pause" and not self.runtime(runtime).can_pause:
             raise NotSupported(
                 f'"on_timeout": "pause": the {runtime} runtime cannot pause desktops here '
@@ -355,10 +363,13 @@ class SandboxManager:
             try:
                 if request.secrets:
                     record.spec = self._with_secrets(record.spec, request)
+                if request.volumes:
+                    record.spec = await self._with_volumes(record.spec, request)
                 await self._boot(record)
             except BaseException:
                 del self._desktops[record.spec.id]
                 self.outbound.proxy.unregister(record.spec.id)
+                await asyncio.to_thread(self.volumes.detach, record.spec.id)
                 raise
         record.lifecycle = request.lifecycle
         self.pool.refill()
@@ -371,6 +382,16 @@ class SandboxManager:
                 await self._end(record, "failed", f"could not set its egress rules: {exc}")
                 raise
         return self._info(record)
+
+    async def _with_volumes(self, spec: SandboxSpec, request: CreateDesktop) -> SandboxSpec:
+        """The spec of a desktop with volumes: each mounted on this host, bound in."""
+        mounts = request.volume_mounts()
+        paths = await asyncio.to_thread(self.volumes.attach, spec.id, mounts)
+        binds = tuple(
+            (str(path), inside, mount.read_only)
+            for path, (inside, mount) in zip(paths, mounts, strict=True)
+        )
+        return dataclasses.replace(spec, volumes=binds)
 
     def _with_secrets(self, spec: SandboxSpec, request: CreateDesktop) -> SandboxSpec:
         """The spec of a desktop that uses secrets: their placeholders in its environment,
@@ -527,7 +548,7 @@ class SandboxManager:
 
     async def _take_warm(self, request: CreateDesktop) -> _Desktop | None:
         """A spare for this request (waiting for one being booted), or None."""
-        if request.node or request.secrets or request.hosts:  # spares are made alike
+        if request.node or request.secrets or request.hosts or request.volumes:  # made alike
             return None
         record = await self.pool.take(request)
         if record is None:
@@ -581,6 +602,8 @@ class SandboxManager:
         if record.parked_disk is not None:
             await asyncio.to_thread(parked.forget, record.parked_disk)
             record.parked_disk = None
+        if record.spec.volumes:
+            await asyncio.to_thread(self.volumes.detach, record.spec.id)
         self.outbound.proxy.unregister(record.spec.id)
         self.metrics.forget(record.spec.id)
         self.events.emit(DesktopEnded(record.spec.id, status, reason))

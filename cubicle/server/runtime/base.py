@@ -58,6 +58,8 @@ class SandboxSpec:
     """Host names and the addresses the desktop's /etc/hosts gives them."""
     trust_pem: bytes | None = None
     """A certificate authority the desktop trusts besides the system's (its egress proxy's)."""
+    volumes: tuple[tuple[str, str, bool], ...] = ()
+    """Host directories (mounted volumes) to bind in: (host path, path inside, read-only)."""
     disk_image: Path | None = None
     """Start on this disk image, which the runtime takes over (a desktop paused without
     memory, resumed: `Sandbox.park`)."""
@@ -203,6 +205,8 @@ class Runtime(abc.ABC):
     """Whether its sandboxes can join private networks (`Sandbox.network_namespace`)."""
     can_pause: bool = False
     """Whether its sandboxes pause and resume (`Sandbox.pause`)."""
+    mounts_volumes: bool = False
+    """Whether its sandboxes take volumes (`SandboxSpec.volumes`, host directories)."""
     snapshots_memory: bool = False
     """Whether its snapshots (and so its forks) keep memory: running programs come back."""
     disks_on_this_host: bool = True

@@ -49,6 +49,49 @@ def _run(*argv: str) -> str:
     return done.stdout + done.stderr
 
 
+def mount_image(image: Path, mountpoint: Path, *, fuse: bool, barriers: bool = True) -> None:
+    """Mount an ext4 image: through a loop device (root), or fuse2fs (FUSE)."""
+    if not fuse:
+        options = "loop,nosuid,nodev,noatime" + ("" if barriers else ",nobarrier")
+        _run("mount", "-o", options, str(image), str(mountpoint))
+        return
+    said = _run("fuse2fs", str(image), str(mountpoint), "-o", "nosuid,nodev,noatime")
+    if not mountpoint.is_mount():  # fuse2fs may exit 0 when fusermount3 failed
+        raise OSError(f"fuse2fs could not mount {image.name}: {said.strip()}")
+
+
+def unmount(mountpoint: Path, *, fuse: bool) -> None:
+    """Unmount, not lazily: every write reaches the image first; OSError if still in use."""
+    if mountpoint.is_mount():
+        _run(*(["fusermount3", "-u"] if fuse else ["umount"]), str(mountpoint))
+
+
+def make_image(image: Path, size_mb: int, *, content: Path | None = None) -> None:
+    """A sparse ext4 image of `size_mb` (with `content` copied in), owned by this user; made
+    beside `image` and renamed into place, so it is whole or absent."""
+    partial = image.with_name(f".{image.name}-{uuid.uuid4().hex[:8]}.partial")
+    with open(partial, "wb") as file:
+        file.truncate(size_mb * 1024 * 1024)
+    try:
+        _run(
+            "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode",
+            "-E", f"lazy_itable_init=1,nodiscard,root_owner={os.getuid()}:{os.getgid()}",
+            "-L", "cubicle", *(["-d", str(content)] if content is not None else []),
+            str(partial),
+        )  # fmt: skip
+        partial.rename(image)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def chown_tree(root: Path, owner: int) -> None:
+    """Make everything below `root` (itself included) the host user `owner`'s."""
+    for path in [root, *root.rglob("*")]:
+        if path.name != "lost+found":
+            os.lchown(path, owner, owner)
+
+
 def sparse_copy(source: Path, dest: Path) -> None:
     """Copy a sparse file's data extents only, keeping its holes and its size."""
     with open(source, "rb") as src, open(dest, "xb") as dst:
@@ -139,8 +182,7 @@ class Disk:
     def detach(self, into: Path) -> None:
         """Unmount the image (not lazily: every write reaches the image first) and move it
         to `into`, to be mounted again later (a desktop paused without memory)."""
-        if self.mountpoint.is_mount():
-            _run(*(["fusermount3", "-u"] if self.fuse else ["umount"]), str(self.mountpoint))
+        unmount(self.mountpoint, fuse=self.fuse)
         into.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.replace(self.image, into)
 
@@ -209,22 +251,10 @@ class Disks:
         (stage / "tmp").chmod(0o1777)
         (stage / "var-tmp").chmod(0o1777)
         image = self.root / f"template-{size_mb}.img"
-        partial = self.root / f".template-{size_mb}-{mine}.partial"
-        with open(partial, "wb") as file:
-            file.truncate(size_mb * 1024 * 1024)
         try:
-            _run(
-                "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode",
-                "-E", f"lazy_itable_init=1,nodiscard,root_owner={os.getuid()}:{os.getgid()}",
-                "-L", "cubicle", "-d", str(stage),
-                str(partial),
-            )  # fmt: skip
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
+            make_image(image, size_mb, content=stage)  # whoever renames last: it is whole
         finally:
             shutil.rmtree(stage, ignore_errors=True)
-        partial.rename(image)  # atomic: whoever renames last, the file is whole
         return image
 
     async def create(
@@ -301,15 +331,9 @@ class Disks:
         mountpoint.mkdir(mode=0o700)
         disk = Disk(image, mountpoint, size_mb, fuse=not self.as_root)
         try:
-            if self.as_root:
-                # No write barriers: a desktop's disk ends with it, so an fsync inside need
-                # not wait for the host's disk (dconf, fontconfig and browsers fsync a lot).
-                options = "loop,nosuid,nodev,noatime,nobarrier"
-                _run("mount", "-o", options, str(image), str(mountpoint))
-            else:
-                said = _run("fuse2fs", str(image), str(mountpoint), "-o", "nosuid,nodev,noatime")
-                if not mountpoint.is_mount():  # fuse2fs may exit 0 when fusermount3 failed
-                    raise OSError(f"fuse2fs could not mount the desktop's disk: {said.strip()}")
+            # No write barriers: a desktop's disk ends with it, so an fsync inside need not
+            # wait for the host's disk (dconf, fontconfig and browsers fsync a lot).
+            mount_image(image, mountpoint, fuse=not self.as_root, barriers=False)
         except BaseException:
             disk.release()
             raise
@@ -319,9 +343,7 @@ class Disks:
     def _hand_over(disk: Disk, owner: int | None) -> None:
         mountpoint = disk.mountpoint
         if owner is not None:
-            for path in [mountpoint, *mountpoint.rglob("*")]:
-                if path.name != "lost+found":
-                    os.lchown(path, owner, owner)
+            chown_tree(mountpoint, owner)
         # Only its own user enters a desktop's disk: other desktops' users are others.
         for path in (mountpoint, mountpoint / "home", mountpoint / "run"):
             path.chmod(0o700)

@@ -249,6 +249,7 @@ class LocalRuntime(Runtime):
     name = "local"
     joins_networks = True
     desktop_egress = True
+    mounts_volumes = True
 
     def __init__(
         self, data_dir: Path, *, max_sandboxes: int = 64, hardening: Hardening | None = None
@@ -492,6 +493,10 @@ class LocalRuntime(Runtime):
         else:
             home = await asyncio.to_thread(self._plain_home, directory, host_uid)
         binds.add(home, GUEST_HOME, writable=True)
+        for host, inside, read_only in spec.volumes:  # after the home: some are inside it
+            if not read_only and host_uid is not None:  # its writer's files are its own
+                await asyncio.to_thread(disk.chown_tree, Path(host), host_uid)
+            binds.add(Path(host), inside, writable=not read_only)
         for path in self._python_paths:
             binds.add(path, str(path))
         secret = None
