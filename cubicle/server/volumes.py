@@ -142,7 +142,8 @@ class Volumes:
                         if not use.readers:  # each reader is a user of its own
                             _readable_to_all(paths[-1])
                         use.readers.add(desktop_id)
-                    else:
+                    else:  # its writer's alone (the runtime hands it to the writer's user)
+                        paths[-1].chmod(0o700)
                         use.writer = desktop_id
             except BaseException:
                 self._release(desktop_id)
@@ -174,7 +175,6 @@ class Volumes:
             for directory in (self.root, mountpoint.parent):
                 directory.chmod(0o711)
             disk.mount_image(self._image(name), mountpoint, fuse=self._fuse)
-            mountpoint.chmod(0o755)
         return mountpoint
 
     def _unmount(self, name: str) -> None:
