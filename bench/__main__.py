@@ -43,6 +43,7 @@ from bench import (
     ray,
     screenshot,
     soak,
+    volumes,
 )
 from bench._run import Options, machine, progress
 
@@ -71,6 +72,7 @@ BENCHMARKS: dict[str, Callable[[Options], Any]] = {
     "e2b": e2b.run,
     "pause": pause.run,
     "metrics": metrics.run,
+    "volumes": volumes.run,
 }
 """Name → the function that runs it and returns its result (a dataclass or a dict)."""
 RESULTS = Path(__file__).resolve().parent / "results"
