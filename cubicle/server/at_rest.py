@@ -12,9 +12,10 @@ import os
 import stat
 from pathlib import Path
 
-RUNTIME_OWNED = ("desktops", "disks", "sandbox-etc")
+RUNTIME_OWNED = ("desktops", "disks", "sandbox-etc", "volumes")
 """Directories the runtime lays out itself (each desktop's user must enter its own, and
-read the /etc files every desktop shares: nothing secret)."""
+read the /etc files every desktop shares: nothing secret), and the volumes (their users
+enter their mounts; the images and records in it are the service's alone, 0600)."""
 
 
 def protect(data_dir: Path) -> None:

@@ -19,6 +19,8 @@ def _exec(api, desktop_id: str, command: str) -> dict:
 def test_a_volume_carries_files_from_one_desktop_to_the_next(api, service):
     made = api.post("/api/volumes", json={"name": "team-data", "size_mb": 32})
     assert made.status_code == 201, made.text
+    for kept in ("team-data.img", "team-data.json"):  # the service's alone, at rest
+        assert (service.data_dir / "volumes" / kept).stat().st_mode & 0o077 == 0
     assert made.json()["mounted_in"] == {}
     assert api.post("/api/volumes", json={"name": "team-data"}).status_code == 409
     desktops: list[str] = []
