@@ -32,6 +32,8 @@ from cubicle.protocol.errors import InvalidRequest, PayloadTooLarge, SandboxErro
 
 _log = logging.getLogger(__name__)
 
+STOP_TIMEOUT_S = 5.0
+"""How long `Clipboard.stop` waits for its thread."""
 MAX_TEXT_BYTES = 16 * 1024 * 1024
 """Most bytes of UTF-8 text the clipboard takes or hands back."""
 _CHUNK_BYTES = 128 * 1024
@@ -133,7 +135,11 @@ class Clipboard:
                 self._closed_reason = "the clipboard was stopped"
                 self._wake()
         if thread is not None:
-            thread.join()
+            # Bounded: twice in CI a serving thread that had returned was never reaped by
+            # the interpreter, and an unbounded join hung its caller for good.
+            thread.join(timeout=STOP_TIMEOUT_S)
+            if thread.is_alive():
+                _log.warning("the clipboard's thread did not end within %s s", STOP_TIMEOUT_S)
 
     def set_text(self, text: str) -> None:
         """Own the CLIPBOARD selection and offer `text` to every application that pastes.
