@@ -10,15 +10,13 @@ takes per 100 desktops.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
+from bench._cpu import CLOCK_TICKS, cpu_ticks
 from bench._run import Options, Target, progress
 from bench._service import Service, running_service
 
-_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 _FAST_S = 0.5
 _DEFAULT_S = 5.0
 
@@ -41,8 +39,7 @@ class MetricsResult:
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * _TICK_S
+    return (cpu_ticks(pid) or 0) / CLOCK_TICKS
 
 
 def _busy(service: Service, desktops: int) -> None:

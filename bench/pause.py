@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
+from bench._cpu import CLOCK_TICKS, cpu_ticks
 from bench._run import Options, Target, progress
 from bench._service import Service, desktop_cgroup_memory_bytes, desktop_pids, running_service
 from bench._stats import Summary, ratio, summarize
-
-_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -95,14 +92,7 @@ class _Rest:
 
 
 def _cpu_s(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total * _TICK_S
+    return sum(cpu_ticks(pid) or 0 for pid in pids) / CLOCK_TICKS
 
 
 def _cpu_ms_per_s(desktop_id: str, seconds: float) -> float:
