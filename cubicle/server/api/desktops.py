@@ -267,7 +267,7 @@ async def read_file(
     return Response(answer.content, media_type="application/octet-stream", headers=headers)
 
 
-_UPLOAD_BODY = {
+UPLOAD_BODY = {
     "requestBody": {
         "required": True,
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
@@ -293,7 +293,7 @@ def _check_host_room(data_dir: PathLike, size: int) -> None:
         )
 
 
-@router.put("/{desktop_id}/files", openapi_extra=_UPLOAD_BODY)
+@router.put("/{desktop_id}/files", openapi_extra=UPLOAD_BODY)
 async def write_file(
     desktop_id: str,
     guest: GuestDep,

@@ -9,15 +9,9 @@ from fastapi import APIRouter, Query, Request, Response
 
 from cubicle.protocol.service import CreateVolume, VolumeInfo
 from cubicle.server.api.deps import ManagerDep, SettingsDep
+from cubicle.server.api.desktops import UPLOAD_BODY
 
 router = APIRouter(prefix="/api/volumes", tags=["volumes"])
-
-_UPLOAD_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-    }
-}
 
 
 @router.post("", status_code=201)
@@ -58,7 +52,7 @@ async def read_volume_file(
     return Response(data, media_type="application/octet-stream")
 
 
-@router.put("/{name}/files", status_code=204, openapi_extra=_UPLOAD_BODY)
+@router.put("/{name}/files", status_code=204, openapi_extra=UPLOAD_BODY)
 async def write_volume_file(
     name: str,
     request: Request,
