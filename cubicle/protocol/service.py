@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cubicle.protocol import actions as a
+from cubicle.protocol.errors import InvalidRequest
 from cubicle.protocol.models import Screen
 
 DesktopStatus = Literal["starting", "ready", "paused", "failed", "stopped"]
@@ -574,6 +575,13 @@ class CdpEndpoint(BaseModel):
 SNAPSHOT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 SNAPSHOT_NAME = re.compile(SNAPSHOT_NAME_PATTERN)
 """A snapshot's name: 1-64 letters, digits, '.', '_' or '-', not starting with either."""
+
+
+def snapshot_name(name: str) -> str:
+    """`name`, if it is a snapshot's name (`SNAPSHOT_NAME`); `InvalidRequest` otherwise."""
+    if not SNAPSHOT_NAME.match(name):
+        raise InvalidRequest(f"snapshot name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    return name
 
 
 class TakeSnapshot(BaseModel):

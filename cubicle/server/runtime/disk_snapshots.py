@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cubicle.protocol.errors import Conflict, InvalidRequest, NotFound
-from cubicle.protocol.service import SNAPSHOT_NAME, SnapshotInfo
+from cubicle.protocol.service import SnapshotInfo, snapshot_name
 from cubicle.server.runtime.disk import Disk, sparse_copy
 
 RUNTIME_LEFTOVERS = (".X11-unix", ".ICE-unix", ".XIM-unix", ".font-unix")
@@ -65,11 +65,7 @@ class DiskSnapshots:
         self.root = root
 
     def _directory(self, name: str) -> Path:
-        if not SNAPSHOT_NAME.match(name):
-            raise InvalidRequest(
-                f"snapshot name {name!r}: use 1-64 letters, digits, '.', '_' or '-'"
-            )
-        return self.root / name
+        return self.root / snapshot_name(name)
 
     def save(self, name: str, parent: str, disk: Disk) -> DiskSnapshot:
         """Copy `disk` as snapshot `name` (blocking). The caller keeps the desktop frozen

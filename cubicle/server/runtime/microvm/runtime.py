@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cubicle.protocol.errors import CapacityReached, Conflict, CubicleError, InvalidRequest
 from cubicle.protocol.models import GuestEvent
-from cubicle.protocol.service import SNAPSHOT_NAME, SnapshotInfo
+from cubicle.protocol.service import SNAPSHOT_NAME, SnapshotInfo, snapshot_name
 from cubicle.server.guest_client import GuestEndpoint
 from cubicle.server.runtime.base import Runtime, Sandbox, SandboxSpec, Usage
 from cubicle.server.runtime.microvm import snapshot as snapshots
@@ -177,11 +177,7 @@ class MicroVmRuntime(Runtime):
             )  # fmt: skip
 
     def named_snapshot(self, name: str) -> Snapshot:
-        if not SNAPSHOT_NAME.match(name):
-            raise InvalidRequest(
-                f"snapshot name {name!r}: use 1-64 letters, digits, '.', '_' or '-'"
-            )
-        return snapshots.read_snapshot(self.snapshots_dir / name)
+        return snapshots.read_snapshot(self.snapshots_dir / snapshot_name(name))
 
     async def start(self, spec: SandboxSpec) -> Sandbox:
         if self._running >= self.max_sandboxes:
@@ -217,10 +213,7 @@ class MicroVmRuntime(Runtime):
         """Save a running desktop as snapshot `name` (it goes on running)."""
         if not isinstance(sandbox, MicroVmSandbox):
             raise Conflict("only microvm desktops can be snapshotted")
-        if not SNAPSHOT_NAME.match(name):
-            raise InvalidRequest(
-                f"snapshot name {name!r}: use 1-64 letters, digits, '.', '_' or '-'"
-            )
+        snapshot_name(name)
         image = await self.prepare()
         saved = await save_snapshot(sandbox.vm, image, self.snapshots_dir, self.run_dir, name)
         listed = {info.name: info for info in self.snapshots()}
