@@ -711,15 +711,17 @@ class SandboxManager:
                 )
             return await self.runtime(record.runtime).snapshot(record.sandbox, name)
 
+    def _in_use(self) -> list[Runtime]:
+        """The default runtime and every other one this service built, by name."""
+        return [self.runtime(name) for name in sorted({self.settings.runtime, *self._runtimes})]
+
     def snapshots(self) -> list[SnapshotInfo]:
         """The named snapshots of every runtime this service started desktops in."""
-        names = {self.settings.runtime, *self._runtimes}
-        return [saved for name in sorted(names) for saved in self.runtime(name).snapshots()]
+        return [saved for runtime in self._in_use() for saved in runtime.snapshots()]
 
     async def delete_snapshot(self, name: str) -> None:
         """Delete snapshot `name` wherever it is; `NotFound` if nowhere."""
-        names = {self.settings.runtime, *self._runtimes}
-        deleted = [await self.runtime(runtime).delete_snapshot(name) for runtime in names]
+        deleted = [await runtime.delete_snapshot(name) for runtime in self._in_use()]
         if not any(deleted):
             raise NotFound(f"no snapshot {name!r}: list them with GET /api/snapshots")
 
