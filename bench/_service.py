@@ -132,6 +132,17 @@ def _stop(service: Service) -> None:
 
 
 @contextlib.contextmanager
+def started_service(data_dir: Path, token: str, env: dict[str, str]) -> Iterator[Service]:
+    """A service started again on another's data directory (which the caller removes)."""
+    process = ServiceProcess.start(data_dir=data_dir, token=token, env=env)
+    service = Service(process, process.client())
+    try:
+        yield service
+    finally:
+        _stop(service)
+
+
+@contextlib.contextmanager
 def running_service(**env_overrides: str) -> Iterator[Service]:
     """A fresh service for one benchmark; everything it started is gone afterwards."""
     service = _start(env_overrides)

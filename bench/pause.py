@@ -9,7 +9,15 @@ the same run and interleaved round by round: what a caller without pause does to
 desktop back, a cold create (no warm pool) and its kill, which also loses every open
 program. Also: the CPU the desktop's processes use in five idle seconds running and in
 five seconds paused (their utime + stime from /proc), and the memory its cgroup holds
-running and paused (what a paused local desktop still costs).
+running and paused (what a paused local desktop still costs); and a create taken from the
+warm pool (a service keeping one spare, drawn again before each create).
+
+The microVM runtime, in a service of its own on the cached image
+(`CUBICLE_BENCH_IMAGES_DIR`): pause and resume (QEMU `stop`/`cont`) beside a create
+restored from the template and its kill; without memory (a cold boot on the kept disk);
+and across a restart of the service: the stopping service saves the paused VM's RAM to
+disk (timed from SIGTERM to exit, with the size written), the next one resumes it from
+there. E2B publishes about 4 s per GB of RAM to pause and about 1 s to resume.
 """
 
 from __future__ import annotations
@@ -22,8 +30,39 @@ from urllib.parse import urlsplit
 
 from bench._cpu import CLOCK_TICKS, cpu_ticks
 from bench._run import Options, Target, progress
-from bench._service import Service, desktop_cgroup_memory_bytes, desktop_pids, running_service
+from bench._service import (
+    Service,
+    desktop_cgroup_memory_bytes,
+    desktop_pids,
+    running_service,
+    started_service,
+)
 from bench._stats import Summary, ratio, summarize
+from bench.microvm import CREATE_TIMEOUT_S, IMAGES_DIR
+
+
+@dataclass(frozen=True)
+class MicroVmPause:
+    pause: Summary
+    """`POST …/pause` of a microVM desktop: QEMU's `stop`."""
+    resume_to_answer: Summary
+    """`POST …/resume` (QEMU's `cont`) and the first answer after it."""
+    create_and_kill: Summary
+    """The baseline: a microVM desktop restored from its template (drawn), then its kill."""
+    create_over_resume: float
+    pause_without_memory: Summary
+    """The guest syncs, QEMU ends, the disk layer is kept."""
+    resume_without_memory_to_answer: Summary
+    """A cold boot on the kept disk until drawn, and its first answer (TCG here)."""
+    park_on_stop_s: float
+    """A service stopping with one paused microVM: SIGTERM to exit, its RAM saved."""
+    parked_state_mb: float
+    """The saved RAM and devices (QEMU's migration stream), MB."""
+    parked_state_mb_per_s: float
+    resume_after_restart_to_answer_s: float
+    """The next service: `POST …/resume` (restored from the saved state) and an answer."""
+    memory_mb: int
+    """The VM's RAM."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +77,8 @@ class PauseResult:
     """The baseline: a fresh desktop without a warm pool (ready and drawn), then its kill."""
     cold_create_over_resume: float
     """The cold create's median over resume-to-answer's."""
+    pool_create: Summary
+    """Another baseline: `POST /api/desktops` served by the warm pool (one spare kept)."""
     pause_without_memory: Summary
     """`POST …/pause {"keep_memory": false}`: programs end, the disk is kept."""
     resume_without_memory_to_answer: Summary
@@ -58,6 +99,8 @@ class PauseResult:
     """Memory charged to the desktop's cgroup, running, MB."""
     memory_mb_paused: float
     """The same while paused: a paused local desktop keeps its memory."""
+    microvm: MicroVmPause | None
+    """None with `--quick`: a microVM's cold boots take minutes under TCG."""
     targets: list[Target]
 
 
@@ -114,6 +157,90 @@ def _timed(fn) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
+
+
+def _pool_creates(rounds: int) -> Summary:
+    """Creates the warm pool serves, each once its spare is drawn again."""
+    with running_service(CUBICLE_WARM_POOL="1") as service:
+        times = []
+        for _ in range(rounds):
+            service.wait_for_warm_desktop()
+            started = time.perf_counter()
+            desktop = service.create_desktop()
+            times.append(time.perf_counter() - started)
+            service.kill_desktop(desktop.id)
+    return summarize(times)
+
+
+def _microvm(rounds: int) -> MicroVmPause:
+    env = {"CUBICLE_WARM_POOL": "0", "CUBICLE_IMAGES_DIR": str(IMAGES_DIR)}
+    with running_service(**env) as service:
+        progress("pause/microvm: a desktop (the first of its shape cold-boots its template)")
+
+        def create() -> str:
+            answer = service.client.post(
+                "/api/desktops", json={"runtime": "microvm"}, timeout=CREATE_TIMEOUT_S
+            )
+            if answer.status_code != 201:
+                raise RuntimeError(f"microVM create: {answer.status_code} {answer.text[:300]}")
+            service.desktop_ids.add(answer.json()["id"])
+            return answer.json()["id"]
+
+        desktop_id = create()
+        metrics = service.client.get(f"/api/desktops/{desktop_id}/metrics").json()
+        memory_mb = (metrics["memory_limit_bytes"] or 0) >> 20
+        rest = _Rest(service)
+        base = f"/api/desktops/{desktop_id}"
+
+        def resume() -> None:
+            rest.call("POST", f"{base}/resume")
+            rest.call("GET", f"{base}/cursor")
+
+        try:
+            rest.call("POST", f"{base}/launch", {"app": "mousepad"})
+            rest.call("POST", f"{base}/actions", {"type": "wait_for_settle", "quiet_ms": 500})
+            progress(f"pause/microvm: {rounds} rounds of pause, resume and a create")
+            pauses, resumes, creates = [], [], []
+            for _ in range(rounds):
+                pauses.append(_timed(lambda: rest.call("POST", f"{base}/pause", {})))
+                resumes.append(_timed(resume))
+                creates.append(_timed(lambda: service.kill_desktop(create())))
+            progress("pause/microvm: two rounds without memory (cold boots)")
+            cold_pauses, cold_resumes = [], []
+            for _ in range(2):
+                cold_pauses.append(
+                    _timed(lambda: rest.call("POST", f"{base}/pause", {"keep_memory": False}))
+                )
+                cold_resumes.append(_timed(resume))
+            progress("pause/microvm: paused, the service restarts")
+            rest.call("POST", f"{base}/pause", {})
+        finally:
+            rest.close()
+        service.client.close()
+        park_s = _timed(lambda: service.launched.stop(timeout_s=600))
+        state = service.data_dir / "parked" / f"{desktop_id}.vm" / "state"
+        state_mb = state.stat().st_size / 1e6
+        with started_service(service.data_dir, service.token, env) as again:
+            rest = _Rest(again)
+            try:
+                after_restart_s = _timed(resume)
+            finally:
+                rest.close()
+            again.kill_desktop(desktop_id)
+    paused, created = summarize(resumes), summarize(creates)
+    return MicroVmPause(
+        pause=summarize(pauses),
+        resume_to_answer=paused,
+        create_and_kill=created,
+        create_over_resume=ratio(created, paused),
+        pause_without_memory=summarize(cold_pauses),
+        resume_without_memory_to_answer=summarize(cold_resumes),
+        park_on_stop_s=round(park_s, 2),
+        parked_state_mb=round(state_mb, 1),
+        parked_state_mb_per_s=round(state_mb / park_s, 1),
+        resume_after_restart_to_answer_s=round(after_restart_s, 2),
+        memory_mb=memory_mb,
+    )
 
 
 def run(options: Options) -> PauseResult:
@@ -191,6 +318,9 @@ def run(options: Options) -> PauseResult:
             rest.call("POST", f"{base}/resume")
         finally:
             rest.close()
+    progress(f"pause: {rounds // 3 + 1} creates from the warm pool")
+    pooled = _pool_creates(rounds // 3 + 1)
+    microvm = None if options.quick else _microvm(10)
     resumed, cold_summary = summarize(resumes), summarize(colds)
     speedup = ratio(cold_summary, resumed)
     return PauseResult(
@@ -199,6 +329,7 @@ def run(options: Options) -> PauseResult:
         pause_resume_round_trip=summarize(trips),
         cold_create_and_kill=cold_summary,
         cold_create_over_resume=speedup,
+        pool_create=pooled,
         fork_4_s=round(fork_s, 2),
         four_cold_creates_s=round(colds_s, 2),
         ten_paused_memory_mb=round(ten_memory, 1),
@@ -209,6 +340,7 @@ def run(options: Options) -> PauseResult:
         cpu_ms_per_s_paused=paused_cpu,
         memory_mb_running=running_memory,
         memory_mb_paused=paused_memory,
+        microvm=microvm,
         targets=[
             Target("a paused desktop uses no CPU", paused_cpu == 0),
             Target("resume answers >= 10x sooner than a cold create", speedup >= 10),

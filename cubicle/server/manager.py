@@ -110,7 +110,10 @@ class _Desktop:
     """The secrets it uses through the egress proxy."""
     paused_at: datetime | None = None
     parked_disk: Path | None = None
-    """The disk of a desktop paused without memory, to boot it again on."""
+    """What a parked desktop's runtime kept of it (`Sandbox.park`), to start it again from:
+    a desktop paused without memory, or one with memory its stopping service parked."""
+    parked_memory: bool = False
+    """Its memory is parked as well (runtimes with `Runtime.parks_memory`)."""
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     pausing: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while it pauses or resumes: one at a time."""
@@ -129,7 +132,9 @@ class _Desktop:
             timeout_s=self.timeout_s,
             expires_at=expires,
             paused_at=self.paused_at,
-            paused_memory=None if self.paused_at is None else self.parked_disk is None,
+            paused_memory=None
+            if self.paused_at is None
+            else self.parked_disk is None or self.parked_memory,
             lifecycle=self.lifecycle,
             usage=usage,
             reason=self.reason,
@@ -233,19 +238,22 @@ class SandboxManager:
         await self._heap.close()
 
     async def _keep_for_later(self, record: _Desktop) -> bool:
-        """Whether a stopping service leaves this desktop for the next one: a paused one
-        (paused with memory: now its disk only, the memory cannot outlive the service)."""
+        """Whether a stopping service leaves this desktop for the next one: a paused one.
+        One paused with its memory is parked with it where the runtime can (microVM: its
+        RAM saved to disk), else with its disk only."""
         if record.status != "paused" or not _outlives_a_restart(record):
             return False
         if record.parked_disk is not None:
             return True
+        keep_memory = self.runtime(record.runtime).parks_memory
         try:
             async with record.pausing:
-                await self._park(record)
+                await self._park(record, keep_memory=keep_memory)
         except CubicleError as exc:  # a runtime that cannot keep a disk: it ends
             log.info("paused desktop %s cannot be kept for later: %s", record.spec.id, exc)
             return False
-        log.info("paused desktop %s kept for the next service (its disk only)", record.spec.id)
+        kept = "its memory and disk" if keep_memory else "its disk only"
+        log.info("paused desktop %s kept for the next service (%s)", record.spec.id, kept)
         return True
 
     def _take_over_parked(self) -> None:
@@ -256,6 +264,7 @@ class SandboxManager:
             record = _Desktop(found.spec, found.runtime, found.timeout_s, found.created_at)
             record.status, record.paused_at = "paused", found.paused_at
             record.parked_disk, record.lifecycle = found.disk, found.lifecycle
+            record.parked_memory = found.memory
             self._desktops[found.spec.id] = record
             log.info("desktop %s: paused by an earlier service, resumable", found.spec.id)
 
@@ -487,6 +496,7 @@ class SandboxManager:
             record.sandbox = await self.runtime(record.runtime).start(spec)
             if spec.nice and not record.spec.nice:  # taken while it started
                 await record.sandbox.foreground()
+            timeout_s = record.sandbox.draw_timeout_s or timeout_s
             async with asyncio.timeout(timeout_s):
                 await self._until_ready(record.sandbox)
         except BaseException as exc:
@@ -706,9 +716,8 @@ class SandboxManager:
             if record.status != "paused":
                 self.guest(desktop_id)  # ready, or the reason it is not
             if record.sandbox is None:
-                raise Conflict(
-                    f"desktop {desktop_id} is paused without its memory: resume it first"
-                )
+                how = "parked on disk" if record.parked_memory else "paused without its memory"
+                raise Conflict(f"desktop {desktop_id} is {how}: resume it first")
             return await self.runtime(record.runtime).snapshot(record.sandbox, name)
 
     def _in_use(self) -> list[Runtime]:
@@ -786,8 +795,9 @@ class SandboxManager:
         )
         return self._info(record)
 
-    async def _park(self, record: _Desktop) -> None:
-        """Stop a desktop's sandbox but keep its disk, to boot it again on `resume`."""
+    async def _park(self, record: _Desktop, *, keep_memory: bool = False) -> None:
+        """Stop a desktop's sandbox but keep its disk (and with `keep_memory` its memory),
+        to start it again from on `resume`."""
         sandbox = record.sandbox
         assert sandbox is not None
         watcher, record.watcher = record.watcher, None
@@ -795,7 +805,8 @@ class SandboxManager:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-        record.parked_disk = await sandbox.park()
+        record.parked_disk = await sandbox.park(keep_memory=keep_memory)
+        record.parked_memory = keep_memory
         record.paused_at = record.paused_at or datetime.now(UTC)
         if record.client is not None:
             await record.client.close(f"desktop {record.spec.id} is paused")
@@ -810,6 +821,7 @@ class SandboxManager:
                     record.paused_at,
                     record.lifecycle,
                     record.parked_disk,
+                    keep_memory,
                 ).save
             )
 
@@ -830,7 +842,7 @@ class SandboxManager:
                     await self._end(record, "failed", f"it did not boot again: {exc}")
                     raise
                 parked.record_path(record.parked_disk).unlink(missing_ok=True)
-                record.parked_disk = None
+                record.parked_disk, record.parked_memory = None, False
                 record.spec = dataclasses.replace(record.spec, disk_image=None)
             else:
                 assert record.sandbox is not None

@@ -1,10 +1,12 @@
-"""Desktops paused without memory, written down so that a later service finds them again.
+"""Parked desktops, written down so that a later service finds them again.
 
-A desktop paused without memory is its disk image (`parked/<id>.img`, kept by its
-runtime) plus what the service knew of it: this module writes that beside the image as
-`parked/<id>.json` and reads every such pair back when a service starts, so a desktop
-paused before a restart is listed, paused, and resumable after it. A record whose image is
-gone is dropped with a warning; one that cannot be read is left alone and logged.
+A parked desktop is what its runtime kept of it (`Sandbox.park`: a local desktop's disk
+image `parked/<id>.img`; a microVM's directory `parked/<id>.vm/`, its disk layer and, when
+parked with memory, its RAM) plus what the service knew of it: this module writes that
+beside it as `parked/<id>.json` and reads every such pair back when a service starts, so a
+desktop paused before a restart is listed, paused, and resumable after it. A record whose
+kept files are gone is dropped with a warning; one that cannot be read is left alone and
+logged.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +37,9 @@ class Parked:
     paused_at: datetime
     lifecycle: Lifecycle
     disk: Path
+    """What its runtime kept (`SandboxSpec.disk_image` on resume)."""
+    memory: bool = False
+    """Its memory was kept as well: its programs run on when it resumes."""
 
     def save(self) -> None:
         """Write it beside its disk image, whole or not at all."""
@@ -47,6 +53,7 @@ class Parked:
             "created_at": self.created_at.isoformat(),
             "paused_at": self.paused_at.isoformat(),
             "lifecycle": self.lifecycle.model_dump(),
+            "memory": self.memory,
         }
         path = record_path(self.disk)
         partial = path.with_suffix(".partial")
@@ -59,19 +66,29 @@ def record_path(disk: Path) -> Path:
     return disk.with_suffix(".json")
 
 
+KEPT_SUFFIXES = (".img", ".vm")
+"""What runtimes keep: a disk image (local), a directory (microVM)."""
+
+
 def forget(disk: Path) -> None:
-    """Delete a parked desktop's record and its disk image."""
+    """Delete a parked desktop's record and what its runtime kept."""
     record_path(disk).unlink(missing_ok=True)
-    disk.unlink(missing_ok=True)
+    if disk.is_dir():
+        for path in disk.iterdir():  # sealed read-only by some runtimes
+            path.chmod(0o600)
+        shutil.rmtree(disk, ignore_errors=True)
+    else:
+        disk.unlink(missing_ok=True)
 
 
 def load_all(directory: Path) -> list[Parked]:
     """Every desktop parked in `directory` whose disk image is still there."""
     found = []
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        disk = path.with_suffix(".img")
-        if not disk.is_file():
-            log.warning("parked desktop %s has no disk image any more: dropped", path.stem)
+        kept = [path.with_suffix(suffix) for suffix in KEPT_SUFFIXES]
+        disk = next((p for p in kept if p.exists()), None)
+        if disk is None:
+            log.warning("parked desktop %s has no disk any more: dropped", path.stem)
             path.unlink(missing_ok=True)
             continue
         try:
@@ -88,6 +105,7 @@ def load_all(directory: Path) -> list[Parked]:
                     paused_at=datetime.fromisoformat(document["paused_at"]),
                     lifecycle=Lifecycle.model_validate(document["lifecycle"]),
                     disk=disk,
+                    memory=bool(document.get("memory", False)),
                 )
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -417,3 +417,99 @@ def test_a_port_in_a_vm_answers_through_the_service(api, desktop, service):
     got = httpx.get(f"{service.url}/blob", headers=headers, timeout=300)
     assert got.status_code == 200, got.text[:300]
     assert hashlib.sha256(got.content).hexdigest() == expected
+
+
+TICKER = (
+    "import os, time\n"
+    "n = 0\n"
+    "while True:\n"
+    "    n += 1\n"
+    "    open('/tmp/tick.new', 'w').write(f'{os.getpid()} {n}')\n"
+    "    os.replace('/tmp/tick.new', '/tmp/tick')\n"
+    "    time.sleep(0.2)\n"
+)
+"""Holds a number in memory only: its going on from where it was shows the same process."""
+
+
+def _start_ticker(api, desktop_id: str) -> tuple[int, int]:
+    base = f"/api/desktops/{desktop_id}"
+    api.put(f"{base}/files", params={"path": "~/ticker.py"}, content=TICKER.encode())
+    run(api, desktop_id, "setsid python3 ~/ticker.py >/dev/null 2>&1 < /dev/null &")
+    wait_until(lambda: run(api, desktop_id, "cat /tmp/tick 2>/dev/null || true"), 30, what="ticks")
+    return _tick(api, desktop_id)
+
+
+def _tick(api, desktop_id: str) -> tuple[int, int]:
+    pid, count = run(api, desktop_id, "cat /tmp/tick").split()
+    return int(pid), int(count)
+
+
+def test_paused_without_memory_a_vm_boots_its_disk_cold(api, service):
+    """QEMU ends, the disk layer is kept in `parked/`, and resume boots it cold: files
+    written just before (still in the guest's page cache) are there, programs are not."""
+    desktop = create_desktop(api, runtime="microvm")
+    base = f"/api/desktops/{desktop['id']}"
+    try:
+        _start_ticker(api, desktop["id"])
+        run(api, desktop["id"], "echo 'written just before' > ~/kept.txt")  # no sync
+        paused = api.post(f"{base}/pause", json={"keep_memory": False}, timeout=120)
+        assert paused.status_code == 200, paused.text
+        assert paused.json()["paused_memory"] is False
+        assert qemu_pids(desktop["id"]) == []
+        kept = service.data_dir / "parked" / f"{desktop['id']}.vm"
+        assert (kept / "data.qcow2").is_file() and not (kept / "state").exists()
+        resumed = api.post(f"{base}/resume", timeout=900)  # a cold boot: minutes under TCG
+        assert resumed.status_code == 200, resumed.text
+        assert resumed.json()["status"] == "ready"
+        assert run(api, desktop["id"], "cat ~/kept.txt") == "written just before\n"
+        assert run(api, desktop["id"], "pgrep -f '[t]icker.py' || echo none") == "none\n"
+        assert run(api, desktop["id"], "hostname") == f"cubicle-{desktop['id']}\n"
+        assert api.get(f"{base}/screenshot").status_code == 200  # drawn again
+        assert not kept.exists()
+    finally:
+        api.delete(base)
+    assert qemu_pids(desktop["id"]) == []
+
+
+def test_a_vm_paused_with_memory_outlives_a_restart_of_the_service(images_dir):
+    """The stopping service saves a paused VM's memory beside its disk; the next one lists
+    it paused with its memory and resumes it: the same process counts on."""
+    env = {
+        "CUBICLE_MAX_UPLOAD_MB": "1",  # the session's desktop shape: its template exists
+        "CUBICLE_IMAGES_DIR": str(images_dir),
+        "CUBICLE_WARM_POOL": "0",
+    }
+    first = start_service(**env)
+    data_dir, token = first.data_dir, first.token
+    try:
+        with first.client() as api:
+            desktop = create_desktop(api, runtime="microvm")
+            pid, _ = _start_ticker(api, desktop["id"])
+            run(api, desktop["id"], "echo 'in the page cache' > ~/cached.txt")
+            before = _tick(api, desktop["id"])
+            paused = api.post(f"/api/desktops/{desktop['id']}/pause")
+            assert paused.status_code == 200, paused.text
+    finally:
+        first.stop(timeout_s=180)  # saving a VM's RAM takes seconds
+    kept = data_dir / "parked" / f"{desktop['id']}.vm"
+    assert (kept / "state").is_file() and (kept / "data.qcow2").is_file()
+    assert qemu_pids(desktop["id"]) == []
+    second = start_service(data_dir=data_dir, token=token, **env)
+    try:
+        with second.client() as api:
+            found = api.get(f"/api/desktops/{desktop['id']}").json()
+            assert found["status"] == "paused" and found["paused_memory"] is True
+            resumed = api.post(f"/api/desktops/{desktop['id']}/resume", timeout=300)
+            assert resumed.status_code == 200, resumed.text
+            after = _tick(api, desktop["id"])
+            assert after[0] == pid and after[1] >= before[1]  # counting on, not from 1
+            later = wait_until(
+                lambda: (t := _tick(api, desktop["id"]))[1] > after[1] and t, 30, what="ticks"
+            )
+            assert later[0] == pid
+            assert run(api, desktop["id"], "cat ~/cached.txt") == "in the page cache\n"
+            assert api.get(f"/api/desktops/{desktop['id']}/screenshot").status_code == 200
+            assert api.delete(f"/api/desktops/{desktop['id']}").status_code == 204
+        assert not list((data_dir / "parked").iterdir())
+    finally:
+        stop_service(second)

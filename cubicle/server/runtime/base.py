@@ -61,8 +61,8 @@ class SandboxSpec:
     volumes: tuple[tuple[str, str, bool], ...] = ()
     """Host directories (mounted volumes) to bind in: (host path, path inside, read-only)."""
     disk_image: Path | None = None
-    """Start on this disk image, which the runtime takes over (a desktop paused without
-    memory, resumed: `Sandbox.park`)."""
+    """Start from what `Sandbox.park` kept (a disk image, and where the runtime can, the
+    memory too), which the runtime takes over: a parked desktop, resumed."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,9 @@ class Sandbox(abc.ABC):
     """Where the control plane reaches the sandbox's guest daemon."""
     node: NodePlace | None = None
     """The cluster node that holds it; None for a sandbox on the service's own host."""
+    draw_timeout_s: float | None = None
+    """Seconds its desktop may take to be drawn where the runtime knows better than the
+    service's `start_timeout_s` (a microVM booting cold: a minute and more under TCG)."""
     detached: bool = False
     """Whether it outlives the service: the manager lets go of it when the service stops
     (a later service finds it again through `Runtime.recover`) instead of ending it."""
@@ -172,11 +175,13 @@ class Sandbox(abc.ABC):
             "this runtime cannot pause desktops yet: use the local or microvm runtime"
         )
 
-    async def park(self) -> Path:
-        """Stop the sandbox but keep its disk: returns the image to start it again from
+    async def park(self, *, keep_memory: bool = False) -> Path:
+        """Stop the sandbox but keep its disk, and with `keep_memory` its memory as well
+        (runtimes with `Runtime.parks_memory`): returns what to start it again from
         (`SandboxSpec.disk_image`). `NotSupported` where the runtime cannot."""
         raise NotSupported(
-            "this runtime cannot pause desktops without their memory: use the local runtime"
+            "this runtime cannot pause desktops without their memory: "
+            "use the local or microvm runtime"
         )
 
     async def resume(self) -> None:
@@ -205,6 +210,9 @@ class Runtime(abc.ABC):
     """Whether its sandboxes can join private networks (`Sandbox.network_namespace`)."""
     can_pause: bool = False
     """Whether its sandboxes pause and resume (`Sandbox.pause`)."""
+    parks_memory: bool = False
+    """Whether `Sandbox.park` can keep memory: a desktop paused with its memory then
+    outlives the service, its programs running on when resumed by the next one."""
     mounts_volumes: bool = False
     """Whether its sandboxes take volumes (`SandboxSpec.volumes`, host directories)."""
     snapshots_memory: bool = False

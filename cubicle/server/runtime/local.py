@@ -233,7 +233,12 @@ class LocalSandbox(Sandbox):
         await asyncio.to_thread(shutil.rmtree, self.directory, True)
         self._release_slot()
 
-    async def park(self) -> Path:
+    async def park(self, *, keep_memory: bool = False) -> Path:
+        if keep_memory:
+            raise NotSupported(
+                "a local desktop's memory is its processes on this host's kernel: parked, "
+                "it keeps its disk only"
+            )
         if self.disk is None:
             raise NotSupported(
                 f"desktop {self.id} has no disk of its own to keep (hardening is off)"

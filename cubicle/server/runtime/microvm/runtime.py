@@ -15,6 +15,7 @@ internet, never this host, its networks or cloud metadata (`cubicle.server.runti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -24,34 +25,43 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cubicle.protocol.errors import CapacityReached, Conflict, CubicleError, InvalidRequest
-from cubicle.protocol.models import GuestEvent
+from cubicle.protocol.models import ExecRequest, GuestEvent
+from cubicle.protocol.routes import GuestPath
 from cubicle.protocol.service import SNAPSHOT_NAME, SnapshotInfo, snapshot_name
-from cubicle.server.guest_client import GuestEndpoint
+from cubicle.server.guest_client import GuestClient, GuestEndpoint
 from cubicle.server.runtime.base import Runtime, Sandbox, SandboxSpec, Usage
 from cubicle.server.runtime.microvm import snapshot as snapshots
 from cubicle.server.runtime.microvm.image import Image, build_image
 from cubicle.server.runtime.microvm.qemu import Accel, probe_accel
-from cubicle.server.runtime.microvm.sandbox import MicroVm, make_template, restore, save_snapshot
+from cubicle.server.runtime.microvm.sandbox import (
+    COLD_BOOT_TIMEOUT_S,
+    MicroVm,
+    ParkedVm,
+    make_template,
+    restore,
+    save_snapshot,
+    unpark,
+)
 from cubicle.server.runtime.microvm.snapshot import Shape, Snapshot
 from cubicle.server.runtime.network import BUILT_IN, EgressRules
 
 log = logging.getLogger("cubicle.runtime.microvm")
 
-TEMPLATE_TIMEOUT_S = 600.0
-"""Seconds a template's cold boot may take to draw its desktop (TCG on a busy host)."""
 DEFAULT_CPUS = 2
 
 
 class MicroVmSandbox(Sandbox):
     """The manager's view of one microVM desktop."""
 
-    def __init__(self, vm: MicroVm, source: str | None = None) -> None:
+    def __init__(self, vm: MicroVm, parked_dir: Path, source: str | None = None) -> None:
         self.id = vm.id
         self.vm = vm
+        self.parked_dir = parked_dir
         self.source = source
         """The named snapshot it started from, if any (its disk and memory build on it)."""
         assert vm.identity is not None
         self.endpoint = GuestEndpoint(uds=str(vm.channel.guest_socket), secret=vm.identity.secret)
+        self.draw_timeout_s = vm.draw_timeout_s
 
     async def events(self) -> AsyncIterator[GuestEvent]:
         async for event in self.vm.events():
@@ -72,6 +82,29 @@ class MicroVmSandbox(Sandbox):
     async def resume(self) -> None:
         await self.vm.resume()
 
+    async def park(self, *, keep_memory: bool = False) -> Path:
+        """Keep it in `parked/<id>.vm/` (`MicroVm.park`), for `SandboxSpec.disk_image`."""
+        into = self.parked_dir / f"{self.id}.vm"
+        await asyncio.to_thread(snapshots.remove, into)  # left by a park that failed
+        if not keep_memory:
+            await self._sync_guest()
+        await self.vm.park(into, keep_memory=keep_memory, source=self.source)
+        return into
+
+    async def _sync_guest(self) -> None:
+        """Have the guest write its page cache to the disk before its VM ends."""
+        if self.vm.paused:
+            await self.vm.resume()
+        client = GuestClient(self.endpoint, timeout_s=120.0)
+        try:
+            await client.request(
+                "POST", GuestPath.EXEC, json=ExecRequest(command=["sync"], timeout_s=110)
+            )
+        except CubicleError as exc:
+            log.warning("desktop %s: sync before parking failed: %s", self.id, exc.message)
+        finally:
+            await client.close()
+
     def pids(self) -> list[int]:
         return self.vm.pids()
 
@@ -81,6 +114,7 @@ class MicroVmRuntime(Runtime):
 
     name = "microvm"
     can_pause = True
+    parks_memory = True
     snapshots_memory = True
 
     def __init__(
@@ -97,6 +131,8 @@ class MicroVmRuntime(Runtime):
         self.templates_dir = self.images_dir / "templates"
         """Templates belong to their image: services sharing images share them too."""
         self.snapshots_dir = data_dir / "microvm" / "snapshots"
+        self.parked_dir = data_dir / "parked"
+        """Where paused desktops are kept (`MicroVmSandbox.park`), beside the local ones."""
         self.run_dir = data_dir / "microvm" / "run"
         self.max_sandboxes = max_sandboxes
         self.hang_s = hang_s
@@ -173,7 +209,7 @@ class MicroVmRuntime(Runtime):
         )
         return await make_template(
                 image, shape, self.templates_dir, self.run_dir, self._accel,
-                timeout_s=TEMPLATE_TIMEOUT_S, rules=self.egress,
+                timeout_s=COLD_BOOT_TIMEOUT_S, rules=self.egress,
             )  # fmt: skip
 
     def named_snapshot(self, name: str) -> Snapshot:
@@ -188,18 +224,22 @@ class MicroVmRuntime(Runtime):
         try:
             image = await self.prepare()
             assert self._accel is not None
-            if spec.snapshot is not None:
-                source = await asyncio.to_thread(self.named_snapshot, spec.snapshot)
+            directory, source_name = self.run_dir / spec.id, spec.snapshot
+            if spec.disk_image is not None:
+                parked = await asyncio.to_thread(ParkedVm.read, spec.disk_image)
+                source_name = parked.source
+                vm = await unpark(parked, image, spec.id, directory, self._accel, self.egress)
             else:
-                source = await self.template(self.shape(spec, image))
-            vm = await restore(
-                source, image, spec.id, self.run_dir / spec.id, self._accel, self.egress
-            )
+                if spec.snapshot is not None:
+                    source = await asyncio.to_thread(self.named_snapshot, spec.snapshot)
+                else:
+                    source = await self.template(self.shape(spec, image))
+                vm = await restore(source, image, spec.id, directory, self._accel, self.egress)
         except BaseException:
             self._running -= 1
             raise
         vm.watch(self.hang_s)
-        sandbox = MicroVmSandbox(vm, spec.snapshot)
+        sandbox = MicroVmSandbox(vm, self.parked_dir, source_name)
         self._sandboxes.add(sandbox)
 
         def release() -> None:
@@ -248,6 +288,7 @@ class MicroVmRuntime(Runtime):
         if not SNAPSHOT_NAME.match(name) or not (self.snapshots_dir / name).is_dir():
             return False
         users = sorted(s.id for s in self._sandboxes if s.source == name)
+        users += await asyncio.to_thread(self._parked_on, name)
         if users:
             raise Conflict(
                 f"snapshot {name!r} holds the disk and memory of desktops {', '.join(users)}: "
@@ -255,6 +296,15 @@ class MicroVmRuntime(Runtime):
             )
         await asyncio.to_thread(snapshots.remove, self.snapshots_dir / name)
         return True
+
+    def _parked_on(self, name: str) -> list[str]:
+        """Parked desktops whose disk builds on snapshot `name`."""
+        found = []
+        for directory in self.parked_dir.glob("*.vm") if self.parked_dir.is_dir() else []:
+            with contextlib.suppress(CubicleError):
+                if ParkedVm.read(directory).source == name:
+                    found.append(directory.name.removesuffix(".vm"))
+        return sorted(found)
 
     async def close(self) -> None:
         await asyncio.gather(*(s.stop() for s in list(self._sandboxes)))

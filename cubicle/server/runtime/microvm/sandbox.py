@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from cubicle.protocol.errors import SandboxStartError
@@ -23,6 +24,10 @@ from cubicle.server.runtime.microvm.snapshot import Shape, Snapshot
 from cubicle.server.runtime.network import BUILT_IN, EgressRules
 
 log = logging.getLogger("cubicle.runtime.microvm")
+
+COLD_BOOT_TIMEOUT_S = 600.0
+"""Seconds a cold boot (a template's, a parked VM's without memory) may take to draw its
+desktop: TCG on a busy host."""
 
 
 class MicroVm:
@@ -42,6 +47,8 @@ class MicroVm:
         self._release: list = []
         self._watchdog: asyncio.Task | None = None
         self.egress: Egress | None = None
+        self.draw_timeout_s: float | None = None
+        """Set when it boots cold (a parked VM without memory): how long drawing may take."""
         self.paused = False
         """Set while the VM is paused on purpose (paused by its user, or a snapshot being
         saved): no pings then."""
@@ -56,6 +63,7 @@ class MicroVm:
         *,
         identity: Identity | None = None,
         rules: EgressRules = BUILT_IN,
+        ignore_shared: bool = True,
     ) -> MicroVm:
         """Start QEMU and the channel's session; returns before the desktop is ready. With a
         network, what it may reach is the operator's `rules` (`cubicle.server.runtime.egress`)."""
@@ -66,7 +74,7 @@ class MicroVm:
                 netdev, net_fd = await egress.start(directory)
                 machine = replace(machine, netdev=netdev, net_fd=net_fd)
             try:
-                vm = await Vm.start(machine)
+                vm = await Vm.start(machine, ignore_shared=ignore_shared)
             finally:
                 if machine.net_fd is not None:
                     os.close(machine.net_fd)
@@ -147,6 +155,34 @@ class MicroVm:
         await self.vm.qmp.execute("cont")
         self.channel.last_pong = time.monotonic()
         self.paused = False
+
+    async def park(self, into: Path, *, keep_memory: bool, source: str | None) -> None:
+        """Stop the VM and keep it in directory `into` (see `unpark`): its disk layer, and
+        with `keep_memory` its whole RAM and devices. Without, the guest first writes out
+        what its page cache holds (`sync_guest`), then QEMU ends."""
+        await asyncio.to_thread(_private_dir, into)
+        self.paused = True  # no pings from here on: it stops on purpose
+        try:
+            if keep_memory:
+                await self.channel.quiesce()
+                await self.vm.save(into / PARKED_STATE, ignore_shared=False)
+            else:
+                await self.vm.qmp.execute("stop")  # drains and flushes the disk
+            await self.vm.stop()
+            await asyncio.to_thread(os.replace, self.directory / "data.qcow2", into / "data.qcow2")
+            assert self.identity is not None
+            meta = {
+                "shape": asdict(self.shape),
+                "source": source,
+                "hostname": self.identity.hostname,
+                "machine_id": self.identity.machine_id,
+            }
+            await asyncio.to_thread((into / PARKED_META).write_text, json.dumps(meta))
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, into, True)
+            raise
+        finally:
+            await self.stop()
 
     async def events(self) -> AsyncIterator[dict]:
         async for event in self.channel.events():
@@ -292,6 +328,97 @@ async def restore(
     except BaseException:
         await asyncio.to_thread(shutil.rmtree, directory, True)
         raise
+
+
+PARKED_META = "vm.json"
+PARKED_STATE = "state"
+
+
+@dataclass(frozen=True)
+class ParkedVm:
+    """A VM `MicroVm.park` kept: its disk layer, and its memory when `state` exists."""
+
+    directory: Path
+    shape: Shape
+    source: str | None
+    """The named snapshot its disk builds on, if any (else its shape's template)."""
+    hostname: str
+    machine_id: str
+
+    @property
+    def with_memory(self) -> bool:
+        return (self.directory / PARKED_STATE).is_file()
+
+    @classmethod
+    def read(cls, directory: Path) -> ParkedVm:
+        try:
+            meta = json.loads((directory / PARKED_META).read_text())
+            return cls(
+                directory,
+                Shape(**meta["shape"]),
+                meta["source"],
+                str(meta["hostname"]),
+                str(meta["machine_id"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SandboxStartError(
+                f"the parked VM in {directory.name} cannot be read ({exc}): delete the desktop"
+            ) from exc
+
+
+async def unpark(
+    parked: ParkedVm, image: Image, desktop_id: str, directory: Path, accel: Accel,
+    rules: EgressRules = BUILT_IN,
+) -> MicroVm:  # fmt: skip
+    """Start a parked VM again, taking its files over: from its saved memory (programs run
+    on where they stopped), or a cold boot on its disk (`MicroVm.draw_timeout_s`)."""
+    if parked.shape.image != image.key:
+        raise SandboxStartError(
+            f"desktop {desktop_id} was parked by image {parked.shape.image}; this service "
+            f"runs image {image.key}, which cannot start it"
+        )
+    await asyncio.to_thread(_private_dir, directory)
+    try:
+        await asyncio.to_thread(
+            os.replace, parked.directory / "data.qcow2", directory / "data.qcow2"
+        )
+        state = parked.directory / PARKED_STATE
+        state_fd = os.open(state, os.O_RDONLY | os.O_CLOEXEC) if parked.with_memory else None
+        identity = replace(
+            Identity.fresh(desktop_id, time.time()),
+            hostname=parked.hostname,
+            machine_id=parked.machine_id,
+        )
+        try:
+            machine = Machine(
+                image=image,
+                memory_mb=parked.shape.memory_mb,
+                cpus=parked.shape.cpus,
+                network=parked.shape.network,
+                data_disk=directory / "data.qcow2",
+                memory_file=directory / "memory",
+                shared_memory=False,
+                directory=directory,
+                accel=accel,
+                incoming_fd=state_fd,
+            )
+            vm = await MicroVm.launch(
+                desktop_id, directory, machine, parked.shape, identity=identity, rules=rules,
+                ignore_shared=False,
+            )  # fmt: skip
+        finally:
+            if state_fd is not None:
+                os.close(state_fd)
+    except BaseException:
+        # Its disk goes back where it was kept: the desktop stays resumable.
+        with contextlib.suppress(OSError):
+            os.replace(directory / "data.qcow2", parked.directory / "data.qcow2")
+        await asyncio.to_thread(shutil.rmtree, directory, True)
+        raise
+    if not parked.with_memory:
+        vm.draw_timeout_s = COLD_BOOT_TIMEOUT_S
+    await asyncio.to_thread(shutil.rmtree, parked.directory, True)
+    return vm
 
 
 async def save_snapshot(
