@@ -805,7 +805,14 @@ class SandboxManager:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-        record.parked_disk = await sandbox.park(keep_memory=keep_memory)
+        try:
+            record.parked_disk = await sandbox.park(keep_memory=keep_memory)
+        except BaseException:
+            if watcher is not None:  # refused, or failed on the way: watched again
+                record.watcher = asyncio.create_task(
+                    self._watch(record), name=f"watch-{record.spec.id}"
+                )
+            raise
         record.parked_memory = keep_memory
         record.paused_at = record.paused_at or datetime.now(UTC)
         if record.client is not None:

@@ -186,6 +186,43 @@ def test_click_type_screenshot_and_exec_on_a_desktop_of_each_worker(cluster, sta
             )
 
 
+def test_a_desktop_on_a_worker_pauses_with_its_memory_only(cluster, state):
+    """Paused on its node (its cgroup frozen there), it answers 409 and counts on where it
+    stood once resumed; a pause without memory is refused and leaves it running."""
+    worker = cluster.workers[0]
+    desktop_id = on_node(state.desktops, worker)[0]
+    base = f"/api/desktops/{desktop_id}"
+    ticker = "n=0; while :; do n=$((n+1)); echo $n > /tmp/n; sleep 0.2; done"
+
+    def count(api) -> int:
+        out = api.post(f"{base}/exec", json={"command": "cat /tmp/n"}).json()["stdout"]
+        return int(out.strip() or 0)
+
+    with state.service.client() as api:
+        started = api.post(
+            f"{base}/exec", json={"command": f"setsid sh -c '{ticker}' >/dev/null 2>&1 &"}
+        )
+        assert started.status_code == 200, started.text
+        wait_until(lambda: count(api) > 0, 10, 0.2, "the counter")
+        paused = api.post(f"{base}/pause")
+        assert paused.status_code == 200, paused.text
+        assert paused.json()["status"] == "paused" and paused.json()["paused_memory"] is True
+        refused = api.get(f"{base}/screenshot")
+        assert refused.status_code == 409 and refused.json()["error"] == "desktop_paused"
+        assert sandbox_running(desktop_id)  # frozen, not ended
+        resumed = api.post(f"{base}/resume")
+        assert resumed.status_code == 200 and resumed.json()["status"] == "ready"
+        before = count(api)
+        assert before > 0  # the same counter, not one started again
+        wait_until(lambda: count(api) > before, 10, 0.2, "the counter going on")
+        cold = api.post(f"{base}/pause", json={"keep_memory": False})
+        assert cold.status_code == 422 and cold.json()["error"] == "not_supported"
+        assert "with its memory only" in cold.json()["detail"]
+        assert api.get(f"{base}").json()["status"] == "ready"
+        assert api.get(f"{base}/screenshot").status_code == 200
+        api.post(f"{base}/exec", json={"command": "pkill -f '[w]hile :; do n=' || true"})
+
+
 def test_a_port_of_a_desktop_on_each_worker_answers_through_the_service(cluster, state):
     """The port relay rides the desktop's door like every other request: a server in a
     desktop of each worker answers by E2B's headers. Private networks are refused clearly."""

@@ -49,6 +49,8 @@ class RayRuntime(Runtime):
 
     name = "ray"
     places_on_nodes = True
+    can_pause = True
+    """With memory only: the node's local runtime freezes the desktop's cgroup."""
     disks_on_this_host = False  # on the nodes
 
     def __init__(self, settings: Settings) -> None:

@@ -158,6 +158,16 @@ class DesktopActor:
         if self._sandbox is not None:
             await self._sandbox.foreground()
 
+    async def pause(self) -> None:
+        """Pause the desktop with its memory (the node's runtime: its cgroup frozen)."""
+        if self._sandbox is None:
+            raise RuntimeError("this actor holds no desktop")
+        await self._sandbox.pause()
+
+    async def resume(self) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.resume()
+
     async def keep(self, timeout_s: int, created_at: datetime) -> None:
         """The service's idle timeout for the desktop from now on (0: in the warm pool),
         and when the desktop was handed out."""

@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from cubicle.protocol.errors import CubicleError, NotSupported, SandboxError
 from cubicle.protocol.models import GuestEvent
 from cubicle.server.guest_client import GuestEndpoint
 from cubicle.server.runtime.base import NodePlace, Sandbox
@@ -64,13 +66,18 @@ class RaySandbox(Sandbox):
         self._stopped = False
 
     async def _call(self, method: str, *args: Any) -> Any:
-        """Call the actor, waiting at most a lease plus `SILENT_S`; `ActorLost` if it is gone."""
-        from ray.exceptions import ActorUnavailableError, RayActorError
+        """Call the actor, waiting at most a lease plus `SILENT_S`; `ActorLost` if it is
+        gone; the node's `CubicleError` as it was raised there."""
+        from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
         for _attempt in range(3):
             try:
                 async with asyncio.timeout(LEASE_S + SILENT_S):
                     return await getattr(self._actor, method).remote(*args)
+            except RayTaskError as exc:
+                if isinstance(exc.cause, CubicleError):
+                    raise exc.cause from None
+                raise
             except TimeoutError:
                 raise ActorLost(
                     f"its node {self.node.address} (Ray node {self.node.id[:12]}) did not "
@@ -127,6 +134,26 @@ class RaySandbox(Sandbox):
         if not self._stopped and self._lost is None:
             with contextlib.suppress(ActorLost):
                 await self._call("foreground")
+
+    async def pause(self) -> None:
+        """Freeze it where it stands on its node (the node's runtime pauses it)."""
+        try:
+            await self._call("pause")
+        except ActorLost as exc:
+            raise SandboxError(f"desktop {self.id} could not be paused: {exc}") from exc
+
+    async def resume(self) -> None:
+        try:
+            await self._call("resume")
+        except ActorLost as exc:
+            raise SandboxError(f"desktop {self.id} could not be resumed: {exc}") from exc
+
+    async def park(self, *, keep_memory: bool = False) -> Path:
+        raise NotSupported(
+            "a ray desktop pauses with its memory only (on its node): its disk cannot be "
+            "kept apart from it, so it cannot pause without memory or outlive the service "
+            "paused; use the local or microvm runtime for that"
+        )
 
     def pids(self) -> list[int]:
         return []  # its processes run on another host
