@@ -47,7 +47,7 @@ const cubicle = (() => {
     }
     if (!response.ok) {
       const problem = await response.json().catch(() => ({ detail: response.statusText }));
-      throw new Error(problem.detail);
+      throw Object.assign(new Error(problem.detail), { status: response.status, code: problem.error });
     }
     return response.status === 204 ? null : response.json();
   }

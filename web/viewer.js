@@ -64,6 +64,7 @@ async function startWebRTC() {
   }
   const channel = pc.createDataChannel("input", { ordered: true });
   channel.onmessage = (event) => onMessage(JSON.parse(event.data));
+  channel.onclose = () => { if (view.pc === pc) viewLost("the live view ended"); };
   pc.ontrack = (event) => {
     if ("playoutDelayHint" in event.receiver) event.receiver.playoutDelayHint = 0;
     if ("jitterBufferTarget" in event.receiver) event.receiver.jitterBufferTarget = 0;
@@ -77,7 +78,7 @@ async function startWebRTC() {
   await waitFor(() => video.videoWidth > 0, 8000, "video over WebRTC");
   view.send = (message) => { if (channel.readyState === "open") channel.send(JSON.stringify(message)); };
   pc.onconnectionstatechange = () => {
-    if (pc.connectionState === "failed") fallBack("the WebRTC connection failed");
+    if (pc.connectionState === "failed" && view.pc === pc) fallBack("the WebRTC connection failed");
     if (pc.connectionState === "closed") say("the live view ended");
   };
   setTransport("WebRTC");
@@ -91,7 +92,9 @@ function startMjpeg(why) {
   const socket = new WebSocket(`${scheme}://${location.host}${base}/input`);
   view.socket = socket;
   socket.onmessage = (event) => onMessage(JSON.parse(event.data));
-  socket.onclose = (event) => { if (event.code >= 4000 || event.code === 1001) say(event.reason || "the live view ended"); };
+  socket.onclose = (event) => {
+    if (view.socket === socket && (event.code >= 4000 || event.code === 1001)) viewLost(event.reason || "the live view ended");
+  };
   view.send = (message) => { if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message)); };
 }
 
@@ -108,6 +111,7 @@ async function start() {
     view.screen = live.desktop.screen;
     overlay.setSize(view.screen.width, view.screen.height);
   } catch (error) {
+    if (error.code === "desktop_paused") return waitForResume();
     say(error.message);
     return;
   }
@@ -127,6 +131,60 @@ async function start() {
   }
   startMjpeg("asked for with ?transport=mjpeg");
 }
+
+// --- a paused desktop: the page waits, and opens a new view once it runs again ----------
+// Paused with its memory, the stream stays open and shows a still screen; paused without
+// (or parked by a stopping service), the service hangs up, and the page comes back here.
+
+let waiting = null;
+
+function viewLost(why) {
+  hangUp();
+  say(why);
+  waitForResume();
+}
+
+function hangUp() {
+  const { pc, socket } = view;
+  view.pc = view.socket = null;
+  view.transport = view.viewerId = view.controller = null;
+  view.send = () => {};
+  if (pc) pc.close();
+  if (socket) socket.close(1000, "the view is opened again");
+}
+
+function waitForResume() {
+  if (waiting) return;
+  const check = async () => {
+    try {
+      await api("GET", `${base}/live`);
+    } catch (error) {
+      if (error.code !== "desktop_paused") { stopWaiting(); say(error.message); return; }
+      say("the desktop is paused: the view comes back when it is resumed");
+      $("resume").hidden = isShareLink;
+      return;
+    }
+    stopWaiting();
+    say("");
+    start().then(refresh);
+  };
+  waiting = setInterval(check, 1000);
+  check();
+}
+
+function stopWaiting() {
+  clearInterval(waiting);
+  waiting = null;
+  $("resume").hidden = true;
+}
+
+$("resume").onclick = async () => {
+  try {
+    await api("POST", `${base}/resume`);
+  } catch (error) {
+    say(error.message);
+  }
+};
 
 // --- control -----------------------------------------------------------------------------
 
@@ -297,14 +355,18 @@ function showRecordings(recordings, running) {
 }
 
 async function refresh() {
+  if (waiting) return;
   try {
     const [live, recordings] = await Promise.all([
       api("GET", `${base}/live`), api("GET", `${base}/recordings`),
     ]);
     showRecordings(recordings, live.recording);
     showControl();
+    $("resume").hidden = true;
   } catch (error) {
-    say(error.message);
+    if (error.code !== "desktop_paused") return say(error.message);
+    say("the desktop is paused: its screen stands still until it is resumed");
+    $("resume").hidden = isShareLink;
   }
 }
 

@@ -1,4 +1,4 @@
-"""What happens to desktops, told to whoever listens: actions ran, a desktop ended.
+"""What happens to desktops, told to whoever listens: actions ran, a desktop parked or ended.
 
 The sandbox manager emits these; other rooms subscribe (the live view logs actions into
 recordings and closes what it holds for a desktop that ended) instead of being called by
@@ -41,6 +41,14 @@ class DesktopEnded:
 
 
 @dataclass(frozen=True)
+class DesktopParked:
+    """A desktop paused without running programs (its disk, maybe its memory, kept by its
+    runtime): what streamed from it ended; it streams again once resumed."""
+
+    desktop_id: str
+
+
+@dataclass(frozen=True)
 class LinkRevoked:
     """A share link of a desktop was revoked: whatever it opened must close."""
 
@@ -48,7 +56,7 @@ class LinkRevoked:
     link_id: str
 
 
-DesktopEvent = ActionsRan | DesktopEnded | LinkRevoked
+DesktopEvent = ActionsRan | DesktopEnded | DesktopParked | LinkRevoked
 Listener = Callable[[DesktopEvent], None]
 
 

@@ -58,7 +58,7 @@ from cubicle.protocol.service import (
     is_cidr,
 )
 from cubicle.server import parked
-from cubicle.server.events import ActionsRan, DesktopEnded, Events
+from cubicle.server.events import ActionsRan, DesktopEnded, DesktopParked, Events
 from cubicle.server.guest_client import JSON, GuestClient
 from cubicle.server.heap import HeapTrim
 from cubicle.server.metrics import Metrics
@@ -814,6 +814,7 @@ class SandboxManager:
                 )
             raise
         record.parked_memory = keep_memory
+        self.events.emit(DesktopParked(record.spec.id))
         record.paused_at = record.paused_at or datetime.now(UTC)
         if record.client is not None:
             await record.client.close(f"desktop {record.spec.id} is paused")

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from cubicle.server.live.webrtc import PLAYOUT_DELAY_URI
-from tests.conftest import wait_until
+from tests.conftest import create_desktop, wait_until
 
 WIDTH, HEIGHT = 1280, 800
 
@@ -238,3 +238,36 @@ def test_the_page_charts_the_desktops_usage(page, service, desktop):
     expect(page.locator("#usage-now")).to_contain_text("CPU", timeout=20_000)
     expect(page.locator("#usage-now")).to_contain_text("of 2048 MiB")
     assert int(page.locator("#usage-chart").get_attribute("data-samples") or 0) >= 1
+
+
+def test_a_view_waits_while_its_desktop_is_parked_and_comes_back(page, service, api):
+    """Paused without memory, the desktop's programs end and the service hangs up its
+    viewers: the page says so, offers to resume, and opens a new view once it runs again;
+    a page opened on a paused desktop waits the same way."""
+    desktop = create_desktop(api)
+    base = f"/api/desktops/{desktop['id']}"
+    try:
+        page.goto(viewer_url(service, desktop))
+        expect(page.locator("#transport")).to_have_text("WebRTC", timeout=20_000)
+        wait_until(lambda: decoded_frames(page) > 0, 10, what="video")
+        assert api.post(f"{base}/pause", json={"keep_memory": False}).status_code == 200
+        expect(page.locator("#status")).to_contain_text("paused", timeout=10_000)
+        expect(page.locator("#resume")).to_be_visible()
+        page.click("#resume")  # the page's own button: POST …/resume
+        expect(page.locator("#resume")).to_be_hidden(timeout=30_000)
+        expect(page.locator("#transport")).to_have_text("WebRTC", timeout=20_000)
+        wait_until(lambda: decoded_frames(page) > 0, 10, what="video after the resume")
+        assert api.get(base).json()["status"] == "ready"
+        viewers = api.get(f"{base}/live").json()["viewers"]
+        assert len(viewers) == 1  # the new view; the old one was hung up
+
+        assert api.post(f"{base}/pause", json={"keep_memory": False}).status_code == 200
+        other = page.context.new_page()
+        other.goto(viewer_url(service, desktop))
+        expect(other.locator("#status")).to_contain_text("paused", timeout=10_000)
+        assert api.post(f"{base}/resume").status_code == 200
+        expect(other.locator("#transport")).to_have_text("WebRTC", timeout=20_000)
+        wait_until(lambda: decoded_frames(other) > 0, 10, what="video on the second page")
+        expect(page.locator("#transport")).to_have_text("WebRTC", timeout=20_000)
+    finally:
+        api.delete(base)

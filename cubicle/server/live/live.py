@@ -4,7 +4,9 @@
 the service, it listens to the manager's events, makes a `LiveDesktop` the first time
 a desktop is watched, recorded or driven, logs every action that runs on a desktop into
 its recording, and closes a desktop's live side (viewers hung up, recording finished,
-reader stopped) as soon as the manager says the desktop ended. A recording, or a person in
+reader stopped) as soon as the manager says the desktop ended or was parked (paused with its
+programs stopped: the viewers' page waits and opens a new view once it is resumed). A
+recording, or a person in
 control, keeps a desktop alive past its idle timeout; a view-only watcher does not.
 """
 
@@ -22,7 +24,13 @@ from cubicle.protocol import actions as a
 from cubicle.protocol.errors import Conflict, DesktopNotFound, NotFound, RecordingNotFound
 from cubicle.protocol.routes import GuestPath
 from cubicle.protocol.service import ActionLog, DesktopInfo, RecordingInfo
-from cubicle.server.events import ActionsRan, DesktopEnded, DesktopEvent, LinkRevoked
+from cubicle.server.events import (
+    ActionsRan,
+    DesktopEnded,
+    DesktopEvent,
+    DesktopParked,
+    LinkRevoked,
+)
 from cubicle.server.live.control import Control, ControlState, Transport, Viewer
 from cubicle.server.live.guest_source import GuestFrames
 from cubicle.server.live.hub import FrameHub, HubStats
@@ -291,9 +299,10 @@ class LiveDesktops:
             case LinkRevoked(desktop_id=desktop_id, link_id=link_id):
                 if (live := self._live.get(desktop_id)) is not None:
                     self._own(live.revoke(link_id), f"revoke-{link_id}")
-            case DesktopEnded(desktop_id=desktop_id, status=status):
+            case DesktopEnded(desktop_id=desktop_id) | DesktopParked(desktop_id=desktop_id):
                 if (live := self._live.pop(desktop_id, None)) is not None:
-                    log.info("desktop %s is %s: closing its live view", desktop_id, status)
+                    how = "parked" if isinstance(event, DesktopParked) else event.status
+                    log.info("desktop %s is %s: closing its live view", desktop_id, how)
                     if live.recorder is not None:  # readable from now, not once `close` runs
                         self.finishing[live.recorder.id] = live.recorder
                     self._own(self._close(live), f"close-live-{desktop_id}")
