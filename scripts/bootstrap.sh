@@ -11,8 +11,9 @@ mode=${1:-run}
 # service that is not root); the seccomp filter (libseccomp's Python binding).
 host_packages=(bubblewrap slirp4netns util-linux mount e2fsprogs fuse2fs fuse3 python3-seccomp
                procps psmisc python3 python3-venv python3-dev gcc)
-# Tests and benchmarks; the cgroup v2 test boots Debian's cloud kernel under QEMU (below).
-test_packages=(xdotool scrot x11vnc novnc python3-tk busybox-static linux-image-cloud-amd64)
+# Tests and benchmarks; the cgroup v2 test boots Debian's cloud kernel under QEMU (below);
+# the fork test makes an XFS data directory (reflinks: copy-on-write disks).
+test_packages=(xdotool scrot x11vnc novnc python3-tk busybox-static linux-image-cloud-amd64 xfsprogs)
 # The microvm runtime (CUBICLE_RUNTIME=microvm, and the tests): QEMU, and what builds its image.
 microvm_packages=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs passt)
 

@@ -1,14 +1,22 @@
-"""Named snapshots and forks of local desktops: a copy of the disk each, nothing shared.
+"""Named snapshots and forks of local desktops: a disk of their own each, nothing shared
+(copied, or cloned where the data directory's filesystem makes reflinks).
 
 (The microVM runtime's snapshots, which keep memory too, are tested in test_microvm.py.)
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from cubicle import Desktop, NotFound, ServiceClient
-from tests.conftest import create_desktop, wait_until
+from cubicle.server.runtime import disk
+from tests.conftest import create_desktop, start_service, stop_service, wait_until
 
 
 def _read(api, desktop_id: str, path: str) -> bytes | None:
@@ -130,3 +138,70 @@ def test_the_sdk_snapshots_forks_and_lists(service):
             for child in children:
                 if isinstance(child, Desktop):
                     child.kill()
+
+
+@pytest.fixture
+def xfs_data_dir():
+    """A data directory on XFS (reflinks), in a loop-mounted image of its own (under a
+    folder desktops' users may pass through, as a data directory's parents must be)."""
+    root = Path(tempfile.mkdtemp(prefix="cubicle-xfs-"))
+    image, mount = root / "xfs.img", root / "xfs"
+    try:
+        root.chmod(0o711)
+        with open(image, "wb") as f:
+            f.truncate(4 << 30)
+        subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], check=True)
+        mount.mkdir()
+        subprocess.run(["mount", "-o", "loop", str(image), str(mount)], check=True)
+        mount.chmod(0o711)
+        yield mount / "data"
+    finally:
+        disk.sweep(mount / "data" / "desktops")
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _used_mb(path) -> float:
+    stat = os.statvfs(path)
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize / 1e6
+
+
+def test_on_a_reflink_filesystem_forks_share_the_disk_until_written(xfs_data_dir):
+    """Where the data directory's filesystem clones extents (XFS, btrfs), a snapshot and
+    its children share the parent's blocks: three forks of a desktop holding 96 MB take a
+    few MB more, not 288 (each child still reads and writes its own disk)."""
+    xfs_data_dir.mkdir()
+    service = start_service(data_dir=xfs_data_dir, CUBICLE_WARM_POOL="0")
+    try:
+        with service.client() as api:
+            parent = create_desktop(api)
+            base = f"/api/desktops/{parent['id']}"
+            made = api.post(
+                f"{base}/exec",
+                json={"command": "head -c 96M /dev/urandom > ~/big && sha256sum < ~/big"},
+            )
+            assert made.status_code == 200 and made.json()["exit_code"] == 0, made.text
+            digest = made.json()["stdout"]
+            os.sync()  # the parent's 96 MB, from the host's page cache into its image
+            before = _used_mb(xfs_data_dir)
+            forked = api.post(f"{base}/fork", json={"count": 3}, timeout=300)
+            assert forked.status_code == 201, forked.text
+            children = [d["id"] for d in forked.json()["desktops"]]
+            assert len(children) == 3 and forked.json()["errors"] == []
+            grown = _used_mb(xfs_data_dir) - before
+            assert grown < 48, f"the forks took {grown:.0f} MB: copied, not cloned"
+            for child in children:
+                read = api.post(
+                    f"/api/desktops/{child}/exec", json={"command": "sha256sum < ~/big"}
+                )
+                assert read.json()["stdout"] == digest
+            api.post(
+                f"/api/desktops/{children[0]}/exec",
+                json={"command": "head -c 1M /dev/zero | dd of=$HOME/big conv=notrunc"},
+            )
+            again = api.post(f"{base}/exec", json={"command": "sha256sum < ~/big"})
+            assert again.json()["stdout"] == digest  # the parent's blocks are its own
+            for desktop_id in [parent["id"], *children]:
+                assert api.delete(f"/api/desktops/{desktop_id}").status_code == 204
+    finally:
+        stop_service(service)
