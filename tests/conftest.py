@@ -169,6 +169,19 @@ def patience(desktop: dict, seconds: float) -> float:
     return seconds * (8 if desktop.get("runtime") == "microvm" else 1)
 
 
+def editable_text(api: httpx.Client, desktop_id: str, app: str = "mousepad") -> str | None:
+    """The text of the app's first editable field, as its accessibility tree reads it (no
+    focus, no keys: what a screen reader would say)."""
+    tree = api.get(f"/api/desktops/{desktop_id}/a11y", params={"app": app}).json()
+    stack = list(tree["nodes"])
+    while stack:
+        node = stack.pop()
+        if node.get("text") is not None and "editable" in node["states"]:
+            return node["text"]
+        stack.extend(node["children"])
+    return None
+
+
 def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.05, what: str = ""):
     """Poll `predicate` until it returns something truthy; fail with `what` after the timeout."""
     deadline = time.monotonic() + timeout_s

@@ -4,12 +4,16 @@ stopped when resumed, ten times in a row. In both runtimes (cgroup freezer, QEMU
 
 from __future__ import annotations
 
+import io
 import time
 from pathlib import Path
+
+from PIL import Image, ImageChops
 
 from cubicle.server.runtime import cgroups
 from tests.conftest import (
     create_desktop,
+    editable_text,
     patience,
     start_service,
     stop_service,
@@ -64,7 +68,41 @@ def _windows(api, desktop_id: str) -> list[tuple[str, str]]:
     return sorted((w["app"], w["title"]) for w in answer)
 
 
+def _open(api, desktop: dict, app: str, window_app: str) -> dict:
+    base = f"/api/desktops/{desktop['id']}"
+    api.post(f"{base}/launch", json={"app": app})
+    return wait_until(
+        lambda: [w for w in api.get(f"{base}/windows").json() if w["app"] == window_app],
+        patience(desktop, 10),
+        what=f"a {app} window",
+    )[0]
+
+
+def _screen(api, desktop_id: str) -> Image.Image:
+    shot = api.get(f"/api/desktops/{desktop_id}/screenshot")
+    assert shot.status_code == 200, shot.text
+    return Image.open(io.BytesIO(shot.content)).convert("RGB")
+
+
+def _changed_share(a: Image.Image, b: Image.Image) -> float:
+    """The share of pixels that differ (a text cursor blinks: a few hundred of a million)."""
+    box = ImageChops.difference(a, b).convert("L").point(lambda v: 255 if v > 16 else 0)
+    return sum(box.histogram()[255:]) / (a.width * a.height)
+
+
+def _type_line(api, desktop_id: str, window: dict, line: str) -> None:
+    _act(
+        api,
+        desktop_id,
+        {"type": "click", "x": window["x"] + window["width"] // 2, "y": window["y"] + 120},
+        {"type": "type", "text": line},
+        {"type": "key", "keys": "Return"},
+    )
+
+
 def test_ten_pauses_lose_nothing(api, desktop):
+    """A file, a process counting in memory, an editor's unsaved text and a shell's
+    variable and history: all there after ten pauses, the screen as it was."""
     desktop_id = desktop["id"]
     base = f"/api/desktops/{desktop_id}"
     assert api.put(f"{base}/files", params={"path": "~/kept.txt"}, content=b"kept").is_success
@@ -72,12 +110,10 @@ def test_ten_pauses_lose_nothing(api, desktop):
     _exec(api, desktop_id, "setsid python3 ~/ticker.py >/dev/null 2>&1 < /dev/null &")
     wait = patience(desktop, 10)
     wait_until(lambda: _exec(api, desktop_id, "cat /tmp/tick 2>/dev/null"), wait, what="ticks")
-    api.post(f"{base}/launch", json={"app": "mousepad"})
-    editor = wait_until(
-        lambda: [w for w in api.get(f"{base}/windows").json() if w["app"] == "Mousepad"],
-        patience(desktop, 10),
-        what="a mousepad window",
-    )[0]
+    shell = _open(api, desktop, "terminal", "Xfce4-terminal")
+    _act(api, desktop_id, {"type": "wait_for_settle", "quiet_ms": 300})
+    _type_line(api, desktop_id, shell, "KEPT=only-in-this-shell; echo typed-before-pausing")
+    editor = _open(api, desktop, "mousepad", "Mousepad")
     _act(
         api,
         desktop_id,
@@ -86,6 +122,9 @@ def test_ten_pauses_lose_nothing(api, desktop):
         {"type": "type", "text": UNSAVED},
     )
     assert _editor_text(api, desktop_id) == UNSAVED
+    wait_until(lambda: editable_text(api, desktop_id) == UNSAVED, wait, what="a11y text")
+    _act(api, desktop_id, {"type": "wait_for_settle", "quiet_ms": 500})
+    screen = _screen(api, desktop_id)
     windows = _windows(api, desktop_id)
     ticker_pid, _ = _tick(api, desktop_id)
 
@@ -102,10 +141,18 @@ def test_ten_pauses_lose_nothing(api, desktop):
         assert after[0] == ticker_pid  # the same process, counting on from where it was
 
     assert _windows(api, desktop_id) == windows
+    assert _changed_share(screen, _screen(api, desktop_id)) < 0.002  # cursors may blink
+    assert editable_text(api, desktop_id) == UNSAVED
     assert _editor_text(api, desktop_id) == UNSAVED
     assert api.get(f"{base}/files", params={"path": "~/kept.txt"}).content == b"kept"
     # The ticker never started again: one process, the one from before the first pause.
     assert _exec(api, desktop_id, "pgrep -f '[t]icker.py'").split() == [str(ticker_pid)]
+    # The same shell: its variable and its history, never written to a file meanwhile.
+    _type_line(api, desktop_id, shell, 'echo "$KEPT" > ~/var.txt; history > ~/history.txt')
+    wait_until(lambda: _exec(api, desktop_id, "cat ~/var.txt 2>/dev/null"), wait, what="var")
+    assert _exec(api, desktop_id, "cat ~/var.txt") == "only-in-this-shell\n"
+    history = _exec(api, desktop_id, "cat ~/history.txt")
+    assert "KEPT=only-in-this-shell; echo typed-before-pausing" in history
 
 
 def test_a_paused_desktop_runs_nothing_and_says_so(api, desktop):

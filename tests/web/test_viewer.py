@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from cubicle.server.live.webrtc import PLAYOUT_DELAY_URI
-from tests.conftest import create_desktop, wait_until
+from tests.conftest import create_desktop, editable_text, wait_until
 
 WIDTH, HEIGHT = 1280, 800
 
@@ -45,17 +45,6 @@ def decoded_frames(page) -> int:
 def cursor(api, desktop) -> tuple[int, int]:
     position = api.get(f"/api/desktops/{desktop['id']}/cursor").json()
     return position["x"], position["y"]
-
-
-def editor_text(api, desktop) -> str | None:
-    tree = api.get(f"/api/desktops/{desktop['id']}/a11y", params={"app": "mousepad"}).json()
-    stack = list(tree["nodes"])
-    while stack:
-        node = stack.pop()
-        if node.get("text") is not None and "editable" in node["states"]:
-            return node["text"]
-        stack.extend(node["children"])
-    return None
 
 
 def press_as_a_layout_would(page, key: str, code: str) -> None:
@@ -108,10 +97,10 @@ def test_watch_take_control_click_and_type_over_webrtc(page, service, api, deskt
     press_as_a_layout_would(page, "✓", "KeyV")
     page.keyboard.press("ArrowLeft")
     page.keyboard.press("Backspace")
-    wait_until(lambda: editor_text(api, desktop) == "Hello\n✓", what="the typed text")
+    wait_until(lambda: editable_text(api, desktop["id"]) == "Hello\n✓", what="the typed text")
     page.keyboard.press("Control+a")
     page.keyboard.type("Z")
-    wait_until(lambda: editor_text(api, desktop) == "Z", what="Ctrl+A, then Z")
+    wait_until(lambda: editable_text(api, desktop["id"]) == "Z", what="Ctrl+A, then Z")
 
     page.click("#release")
     expect(page.locator("#control-state")).to_have_text("View only")
