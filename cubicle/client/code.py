@@ -27,7 +27,10 @@ from cubicle.protocol.code import (
 )
 from cubicle.protocol.errors import ServiceUnreachable, raise_for_status
 
-_FORMATS = ("text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex", "json", "javascript")
+_FORMATS = (
+    "text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex", "json", "javascript",
+    "chart", "data",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,11 @@ class Result:
     latex: str | None = None
     json: dict[str, Any] | list[Any] | None = None
     javascript: str | None = None
+    chart: dict[str, Any] | None = None
+    """A matplotlib figure's data: `type` (line, scatter, bar, pie, superchart, unknown),
+    `title`, axes and `elements`, in E2B's chart shape."""
+    data: dict[str, Any] | None = None
+    """A pandas DataFrame's columns as lists."""
     extra: dict[str, Any] | None = None
     """Formats beside the named ones, by MIME type."""
     is_main_result: bool = False

@@ -91,6 +91,12 @@ class ResultEvent(BaseModel):
         None, alias="json", serialization_alias="json"
     )
     javascript: str | None = None
+    chart: dict[str, object] | None = None
+    """What a matplotlib figure shows, as data: `type` (line, scatter, bar, pie,
+    superchart, unknown), `title`, axis labels, ticks and scales, and `elements` (the
+    series, bars or wedges), in E2B's chart shape."""
+    data: dict[str, object] | None = None
+    """A pandas DataFrame's columns, each a list of values (E2B's `data`)."""
     extra: dict[str, object] | None = None
     """Formats beside the named ones, by MIME type."""
     is_main_result: bool = False

@@ -58,6 +58,62 @@ def test_a_dataframe_gives_html_and_text(d):
     [result] = run.results
     assert "<table" in result.html and "Oslo" in result.html
     assert "Oslo" in run.text
+    assert result.data == {"city": ["Oslo"], "n": [7]}  # the columns, as data
+    assert "data" in result.formats()
+
+
+CHARTS = """
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots()
+ax.bar(['north', 'south', 'east'], [12, 30, 7], label='2026')
+ax.set_title('Sales'); ax.set_xlabel('region'); ax.set_ylabel('units')
+plt.show()
+fig, ax = plt.subplots()
+ax.plot([1, 2, 3], [2, 4, 8], label='doubling')
+ax.plot([1, 2, 3], [3, 3, 3])
+ax.set_yscale('log')
+plt.show()
+fig, ax = plt.subplots()
+ax.scatter([0.5, 1.5], [10, 20], label='samples')
+plt.show()
+fig, ax = plt.subplots()
+ax.pie([1, 1, 2], labels=['tea', 'milk', 'water'])
+ax.set_title('Drinks')
+plt.show()
+fig, (left, right) = plt.subplots(1, 2)
+left.bar(['a', 'b'], [1, 2]); right.plot([0, 1], [1, 0]); fig.suptitle('Both');
+"""
+
+
+def test_figures_come_back_as_chart_data_beside_their_png(d):
+    """Bar, line, scatter and pie charts, and two axes in one figure (left open at the
+    end of the run): what each shows, read from matplotlib's artists."""
+    run = d.run_code(CHARTS)
+    assert run.error is None, run.error
+    bar, line, scatter, pie, both = [r.chart for r in run.results]
+    assert all(r.png for r in run.results)
+    assert bar["type"] == "bar" and bar["title"] == "Sales"
+    assert (bar["x_label"], bar["y_label"]) == ("region", "units")
+    assert [(e["label"], e["value"], e["group"]) for e in bar["elements"]] == [
+        ("north", 12, "2026"),
+        ("south", 30, "2026"),
+        ("east", 7, "2026"),
+    ]
+    assert line["type"] == "line" and line["y_scale"] == "log" and line["x_scale"] == "linear"
+    assert [e["label"] for e in line["elements"]] == ["doubling", ""]
+    assert line["elements"][0]["points"] == [[1, 2], [2, 4], [3, 8]]
+    assert line["x_ticks"] and len(line["x_ticks"]) == len(line["x_tick_labels"])
+    assert scatter["type"] == "scatter"
+    assert scatter["elements"] == [{"label": "samples", "points": [[0.5, 10], [1.5, 20]]}]
+    assert pie["type"] == "pie" and pie["title"] == "Drinks"
+    assert [(e["label"], e["angle"]) for e in pie["elements"]] == [
+        ("tea", 90.0),
+        ("milk", 90.0),
+        ("water", 180.0),
+    ]
+    assert both["type"] == "superchart" and both["title"] == "Both"
+    assert [c["type"] for c in both["elements"]] == ["bar", "line"]
+    assert "chart" in run.results[0].formats()
 
 
 def test_an_exception_gives_name_value_traceback_and_the_next_run_works(d):
@@ -265,7 +321,9 @@ def test_the_readme_analyze_data_flow_runs_as_printed(service, tmp_path):
         timeout=180,
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
-    assert ran.stdout == "mean monthly growth: 9.3 %\n"
+    assert ran.stdout == (
+        "bar [('Jan', 120), ('Feb', 135), ('Mar', 160), ('Apr', 155)]\nmean monthly growth: 9.3 %\n"
+    )
     assert Image.open(tmp_path / "sales.png").format == "PNG"
 
 

@@ -7,6 +7,7 @@ import base64
 import io
 
 import pytest
+from e2b_code_interpreter.charts import BarChart, ChartType, LineChart
 from e2b_code_interpreter.models import Context, Execution, extract_exception, parse_output
 from PIL import Image
 
@@ -40,6 +41,15 @@ def test_execute_answers_what_the_e2b_sdk_parses(api, base):
     )
     png = Image.open(io.BytesIO(base64.b64decode(chart.results[0].png)))
     assert png.format == "PNG"
+    line = chart.results[0].chart  # deserialized by the SDK into its own classes
+    assert isinstance(line, LineChart) and line.type == ChartType.LINE
+    assert line.elements[0].points == [(0, 1), (1, 3), (2, 2)]
+    drawn = "import matplotlib.pyplot as plt\nplt.bar(['x', 'y'], [4, 6])\nplt.title('T');"
+    bars = _execute(api, base, code=drawn)
+    bar = bars.results[0].chart
+    assert isinstance(bar, BarChart) and bar.title == "T"
+    assert [(e.label, e.value) for e in bar.elements] == [("x", 4), ("y", 6)]
+    assert "chart" in bars.results[0].formats()
     failed = _execute(api, base, code="raise ValueError('bad input')")
     assert (failed.error.name, failed.error.value) == ("ValueError", "bad input")
     assert "bad input" in failed.error.traceback

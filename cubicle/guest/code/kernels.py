@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from cubicle.guest.code import node_shell
+from cubicle.guest.code import charts, node_shell
 from cubicle.protocol.code import (
     ContextInfo,
     CountEvent,
@@ -60,6 +60,7 @@ _PYTHON_PROGRAMS = {
 }
 """Programs run as `python3 -c` by the desktop's Python: IPython's shell, or the driver
 of a persistent bash."""
+_CHARTS = Path(__file__).parent / "charts.py"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _FORMATS = {
     "text/plain": "text",
@@ -72,6 +73,8 @@ _FORMATS = {
     "text/latex": "latex",
     "application/json": "json",
     "application/javascript": "javascript",
+    charts.MIME: "chart",
+    charts.DATA_MIME: "data",
 }
 
 
@@ -91,6 +94,8 @@ def _program(language: str) -> list[str]:
         if node is None:
             raise InvalidRequest("this desktop has no Node.js (`node`) for a JavaScript context")
         return [node, "-e", node_shell.SOURCE]
+    if language == "python":  # its figures' charts: `charts.py`, loaded by path
+        return [_python(), "-c", _PYTHON_PROGRAMS[language], str(_CHARTS)]
     return [_python(), "-c", _PYTHON_PROGRAMS[language]]
 
 

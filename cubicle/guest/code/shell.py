@@ -1,8 +1,9 @@
 """The process of one Python context: IPython's shell, driven over two pipes.
 
-The guest runs this file's source with the desktop's `/usr/bin/python3 -c SOURCE REQ EVT`
-(standard library and IPython only: the guest's own packages are not on that Python's
-path). It reads one JSON request per line from fd `REQ` (`{"run", "code", "env"}`), runs it
+The guest runs this file's source with the desktop's `/usr/bin/python3 -c SOURCE CHARTS
+REQ EVT` (standard library and IPython only: the guest's own packages are not on that
+Python's path; `CHARTS` is the path of `charts.py`, loaded from there). It reads one JSON
+request per line from fd `REQ` (`{"run", "code", "env"}`), runs it
 with `InteractiveShell.run_cell`, and writes JSON events, one per line, to fd `EVT`:
 
     {"kind": "count", "n": 3}                        the cell's execution count
@@ -124,7 +125,46 @@ def _flusher(streams: list[_Stream]) -> None:
             stream.flush()
 
 
-def _shell(events: _Events):
+def _load(path: str):
+    """A module of the guest's, by path (this Python does not have the guest's packages)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cubicle_charts", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _data_formats(shell, charts) -> None:
+    """Give matplotlib figures a chart and DataFrames their columns, as display formats
+    beside the PNG and HTML (`charts.py`); a failure there only leaves the format out.
+    The formatters match by class in `__call__`, not as type printers: matplotlib's inline
+    backend pops every formatter's Figure printer when it starts."""
+    from IPython.core.formatters import JSONFormatter
+    from traitlets import Unicode
+
+    def formatter(mime: str, module: str, name: str, extract):
+        def call(self, obj):
+            if not any(c.__module__ == module and c.__name__ == name for c in type(obj).__mro__):
+                return None
+            try:
+                return extract(obj)
+            except Exception:
+                return None
+
+        kind = type("DataFormatter", (JSONFormatter,), {"format_type": Unicode(mime)})
+        kind.__call__ = call
+        return kind(parent=shell.display_formatter)
+
+    for mime, module, name, extract in (
+        (charts.MIME, "matplotlib.figure", "Figure", charts.figure_chart),
+        (charts.DATA_MIME, "pandas.core.frame", "DataFrame", charts.dataframe_data),
+    ):
+        shell.display_formatter.formatters[mime] = formatter(mime, module, name, extract)
+
+
+def _shell(events: _Events, charts):
     from IPython.core.displayhook import DisplayHook
     from IPython.core.displaypub import DisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell
@@ -161,6 +201,7 @@ def _shell(events: _Events):
             )
 
     shell = Shell.instance(displayhook_class=Hook, display_pub_class=Publisher, colors="NoColor")
+    _data_formats(shell, charts)
     shell.display_formatter.active_types = list(shell.display_formatter.format_types)
     return shell
 
@@ -188,14 +229,14 @@ def _run(shell, events: _Events, request: dict) -> None:
 
 
 def main() -> None:
-    requests_fd, events_fd = int(sys.argv[1]), int(sys.argv[2])
+    charts_path, requests_fd, events_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     sys.path[:] = [p for p in sys.path if p]  # not the working directory
     signal.signal(signal.SIGINT, _on_sigint)
     events = _Events(events_fd)
     streams = [_Stream(events, "stdout", 1), _Stream(events, "stderr", 2)]
     sys.stdout, sys.stderr = streams  # type: ignore[assignment]
     threading.Thread(target=_flusher, args=(streams,), daemon=True, name="flush").start()
-    shell = _shell(events)
+    shell = _shell(events, _load(charts_path))
     requests = os.fdopen(requests_fd, "rb")
     events.emit({"kind": "ready"})
     while line := requests.readline():
