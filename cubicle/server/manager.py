@@ -57,7 +57,7 @@ from cubicle.protocol.service import (
     UsageSample,
     is_cidr,
 )
-from cubicle.server import parked
+from cubicle.server import parked, reopen
 from cubicle.server.events import ActionsRan, DesktopEnded, DesktopParked, Events
 from cubicle.server.guest_client import JSON, GuestClient
 from cubicle.server.heap import HeapTrim
@@ -517,6 +517,10 @@ class SandboxManager:
             raise
         record.startup_ms = (time.perf_counter() - started) * 1000
         record.client = GuestClient(record.sandbox.endpoint)
+        if spec.disk_image is not None or (
+            spec.snapshot is not None and not self.runtime(record.runtime).snapshots_memory
+        ):  # booted on another desktop's disk: what it had open opens again
+            await reopen.reopen(record.client, spec.id)
         record.status = "ready"
         record.last_used = time.monotonic()
         record.sandbox.kept(record.timeout_s, record.created_at)
@@ -718,7 +722,16 @@ class SandboxManager:
             if record.sandbox is None:
                 how = "parked on disk" if record.parked_memory else "paused without its memory"
                 raise Conflict(f"desktop {desktop_id} is {how}: resume it first")
-            return await self.runtime(record.runtime).snapshot(record.sandbox, name)
+            runtime = self.runtime(record.runtime)
+            if runtime.snapshots_memory or record.status != "ready":
+                return await runtime.snapshot(record.sandbox, name)
+            await self._note_open_apps(record)  # its copies open them again
+            try:
+                return await runtime.snapshot(record.sandbox, name)
+            finally:
+                if record.client is not None:
+                    with contextlib.suppress(CubicleError):
+                        await reopen.forget(record.client)
 
     def _in_use(self) -> list[Runtime]:
         """The default runtime and every other one this service built, by name."""
@@ -795,11 +808,27 @@ class SandboxManager:
         )
         return self._info(record)
 
+    async def _note_open_apps(self, record: _Desktop) -> None:
+        """Write down in its disk the apps it has open, for a desktop that boots on that
+        disk to open again (`cubicle.server.reopen`); a failure only leaves them closed."""
+        if record.client is None:
+            return
+        try:
+            await reopen.note(record.client)
+        except CubicleError as exc:
+            log.warning("desktop %s: its open apps were not noted: %s", record.spec.id, exc)
+
     async def _park(self, record: _Desktop, *, keep_memory: bool = False) -> None:
         """Stop a desktop's sandbox but keep its disk (and with `keep_memory` its memory),
-        to start it again from on `resume`."""
+        to start it again from on `resume`; without memory, the apps it had open are noted
+        to open again then."""
         sandbox = record.sandbox
         assert sandbox is not None
+        if not keep_memory:
+            if record.status == "paused":  # frozen: thawed a moment to answer
+                with contextlib.suppress(CubicleError):
+                    await sandbox.resume()
+            await self._note_open_apps(record)
         watcher, record.watcher = record.watcher, None
         if watcher is not None:  # its sandbox ends on purpose: no failure to report
             watcher.cancel()

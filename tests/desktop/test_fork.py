@@ -140,6 +140,35 @@ def test_the_sdk_snapshots_forks_and_lists(service):
                     child.kill()
 
 
+def _apps(api, desktop_id: str) -> list[tuple[str, str]]:
+    windows = api.get(f"/api/desktops/{desktop_id}/windows").json()
+    return sorted((w["app"], w["title"].lstrip("*")) for w in windows)
+
+
+def test_a_fork_opens_again_the_apps_its_parent_had_open(api):
+    """Memory cannot move between local desktops, so a child starts its desktop afresh and
+    opens what its parent had open, files and all; the note that says so is gone after."""
+    parent = create_desktop(api)
+    base = f"/api/desktops/{parent['id']}"
+    children: list[str] = []
+    try:
+        _write(api, parent["id"], "~/plan.txt", b"saved before the fork")
+        api.post(f"{base}/launch", json={"app": "mousepad", "args": ["/home/user/plan.txt"]})
+        api.post(f"{base}/launch", json={"app": "terminal"})
+        wanted = wait_until(lambda: len(a := _apps(api, parent["id"])) == 2 and a, 20)
+        forked = api.post(f"{base}/fork", json={"count": 2}, timeout=120)
+        assert forked.status_code == 201, forked.text
+        children = [d["id"] for d in forked.json()["desktops"]]
+        for child in children:
+            wait_until(lambda c=child: _apps(api, c) == wanted, 30, what="the apps reopened")
+            assert _read(api, child, "~/.cache/cubicle/reopen.json") is None
+        assert _apps(api, parent["id"]) == wanted  # the parent's own windows, untouched
+        assert _read(api, parent["id"], "~/.cache/cubicle/reopen.json") is None
+    finally:
+        for desktop_id in [parent["id"], *children]:
+            api.delete(f"/api/desktops/{desktop_id}")
+
+
 @pytest.fixture
 def xfs_data_dir():
     """A data directory on XFS (reflinks), in a loop-mounted image of its own (under a

@@ -446,12 +446,15 @@ def _tick(api, desktop_id: str) -> tuple[int, int]:
 
 def test_paused_without_memory_a_vm_boots_its_disk_cold(api, service):
     """QEMU ends, the disk layer is kept in `parked/`, and resume boots it cold: files
-    written just before (still in the guest's page cache) are there, programs are not."""
+    written just before (still in the guest's page cache) are there, programs are not, and
+    the editor that was open opens again on its file."""
     desktop = create_desktop(api, runtime="microvm")
     base = f"/api/desktops/{desktop['id']}"
     try:
         _start_ticker(api, desktop["id"])
         run(api, desktop["id"], "echo 'written just before' > ~/kept.txt")  # no sync
+        api.post(f"{base}/launch", json={"app": "mousepad", "args": ["/home/user/kept.txt"]})
+        wait_until(lambda: api.get(f"{base}/windows").json(), 60, what="the editor")
         paused = api.post(f"{base}/pause", json={"keep_memory": False}, timeout=120)
         assert paused.status_code == 200, paused.text
         assert paused.json()["paused_memory"] is False
@@ -466,6 +469,12 @@ def test_paused_without_memory_a_vm_boots_its_disk_cold(api, service):
         assert run(api, desktop["id"], "hostname") == f"cubicle-{desktop['id']}\n"
         assert api.get(f"{base}/screenshot").status_code == 200  # drawn again
         assert not kept.exists()
+        reopened = wait_until(
+            lambda: [w for w in api.get(f"{base}/windows").json() if "kept.txt" in w["title"]],
+            60,
+            what="the editor opened again on its file",
+        )
+        assert reopened[0]["app"] == "Mousepad"
     finally:
         api.delete(base)
     assert qemu_pids(desktop["id"]) == []

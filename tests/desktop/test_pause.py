@@ -245,6 +245,8 @@ def test_paused_without_memory_keeps_the_disk_and_boots_again(api, service):
     try:
         api.put(f"{base}/files", params={"path": "~/kept.txt"}, content=b"on the disk")
         api.put(f"{base}/files", params={"path": "~/ticker.py"}, content=TICKER.encode())
+        api.post(f"{base}/launch", json={"app": "mousepad", "args": ["/home/user/kept.txt"]})
+        wait_until(lambda: _windows(api, desktop["id"]), 20, what="the editor")
         for _ in range(3):
             _exec(api, desktop["id"], "setsid python3 ~/ticker.py >/dev/null 2>&1 < /dev/null &")
             wait_until(lambda: _exec(api, desktop["id"], "cat /tmp/tick 2>/dev/null"), 10)
@@ -263,6 +265,13 @@ def test_paused_without_memory_keeps_the_disk_and_boots_again(api, service):
                 b"on the disk"
             )
             assert _exec(api, desktop["id"], "pgrep -f '[t]icker.py' || echo none") == "none\n"
+            # the editor it had open, opened again on its file
+            wait_until(
+                lambda: [t for a, t in _windows(api, desktop["id"]) if "kept.txt" in t],
+                20,
+                what="the editor opened again",
+            )
+            assert [a for a, _ in _windows(api, desktop["id"])] == ["Mousepad"]
         # killed while paused so: its kept disk goes too
         assert api.post(f"{base}/pause", json={"keep_memory": False}).status_code == 200
         assert list((service.data_dir / "parked").glob("*.img"))
