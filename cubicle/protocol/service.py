@@ -303,7 +303,8 @@ class CreateDesktop(BaseModel):
         return tuple(sorted(text.items()))
 
     snapshot: Annotated[str, Field(min_length=1, max_length=64)] | None = None
-    """Start from this snapshot (`POST /api/desktops/{id}/snapshot`); microvm only."""
+    """Start from this snapshot (`POST /api/desktops/{id}/snapshot`), in the runtime that
+    made it."""
     networks: Annotated[list[NetworkName], Field(max_length=8)] = []
     """Private networks to join (`POST /api/networks`): the desktops on one reach each
     other by id or alias, on every port, and nothing else through it (local runtime)."""

@@ -254,6 +254,42 @@ def test_a_sandbox_pauses_on_timeout_and_resumes_when_used(e2b_env):
         Sandbox.kill(sbx.sandbox_id)
 
 
+def test_a_snapshot_through_e2b_starts_sandboxes_with_its_files(e2b_env):
+    """A local sandbox's snapshot keeps its filesystem (E2B's `mode="filesystem"`): made,
+    listed page by page, started from by its id, deleted; a full (memory) snapshot of a
+    local sandbox is refused by name, never faked."""
+    sbx = Sandbox.create(timeout=120)
+    made: list[Sandbox] = []
+    try:
+        sbx.files.write("/home/user/kept.txt", "in the snapshot")
+        with pytest.raises(SandboxException, match="filesystem only"):
+            sbx.create_snapshot()  # E2B's default: memory too
+        first = sbx.create_snapshot(name="e2b-snap-a", mode="filesystem")
+        second = Sandbox.create_snapshot(sbx.sandbox_id, mode="filesystem")
+        assert first.snapshot_id == "e2b-snap-a" and first.names == ["e2b-snap-a"]
+        pages = sbx.list_snapshots(limit=1)
+        listed = pages.next_items()
+        assert len(listed) == 1 and pages.has_next
+        listed += pages.next_items()
+        assert {s.snapshot_id for s in listed} == {first.snapshot_id, second.snapshot_id}
+        assert [s.snapshot_id for s in Sandbox.list_snapshots(name="e2b-snap-a").next_items()] == [
+            "e2b-snap-a"
+        ]
+        child = Sandbox.create(first.snapshot_id, timeout=120)
+        made.append(child)
+        assert child.files.read("/home/user/kept.txt") == "in the snapshot"
+        assert child.get_info().template_id == "e2b-snap-a"
+        sbx.files.write("/home/user/kept.txt", "changed after")
+        assert child.files.read("/home/user/kept.txt") == "in the snapshot"
+        assert Sandbox.delete_snapshot(first.snapshot_id) is True
+        assert Sandbox.delete_snapshot(first.snapshot_id) is False
+        assert Sandbox.delete_snapshot(second.snapshot_id) is True
+        assert child.files.read("/home/user/kept.txt") == "in the snapshot"  # its own copy
+    finally:
+        for each in [sbx, *made]:
+            Sandbox.kill(each.sandbox_id)
+
+
 def test_what_cubicle_cannot_do_is_refused_by_name(e2b_env, service):
     with pytest.raises(SandboxException, match="custom templates"):
         Sandbox.create(template="my-own-template")

@@ -9,6 +9,7 @@ this service. Errors are E2B's shape, `{"code": status, "message": why}`.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -26,6 +27,7 @@ from cubicle.protocol.errors import (
     CubicleError,
     DesktopNotFound,
     InvalidRequest,
+    NotFound,
     NotSupported,
     answer_for,
     describe_validation,
@@ -33,11 +35,14 @@ from cubicle.protocol.errors import (
     status_for,
 )
 from cubicle.protocol.service import (
+    SNAPSHOT_NAME,
     CreateDesktop,
     DesktopInfo,
     DesktopMetrics,
     Lifecycle,
+    SnapshotInfo,
     UsageSample,
+    snapshot_name,
 )
 from cubicle.server.api.auth import is_admin_token
 from cubicle.server.api.deps import ServicesDep
@@ -126,14 +131,19 @@ ApiKey = Annotated[str | None, Header(alias="X-API-KEY")]
 Bearer = Annotated[str | None, Header(alias="Authorization")]
 
 
-def _template(requested: str) -> str:
+def _template(services: Services, requested: str) -> tuple[str, SnapshotInfo | None]:
+    """The template a sandbox is made from: a built-in name, or a snapshot's id (E2B's
+    `Sandbox.create(snapshot_id)`), with that snapshot."""
     name = requested.split(":", 1)[0]
-    if name not in TEMPLATES:
-        raise NotSupported(
-            f"template {requested!r}: Cubicle starts its built-in desktop for "
-            f"{', '.join(TEMPLATES)}; custom templates are not built yet"
-        )
-    return name
+    if name in TEMPLATES:
+        return name, None
+    for saved in services.manager.snapshots():
+        if saved.name == name:
+            return name, saved
+    raise NotSupported(
+        f"template {requested!r}: Cubicle starts its built-in desktop for "
+        f"{', '.join(TEMPLATES)}, or a snapshot by its id; custom templates are not built yet"
+    )
 
 
 def _timeout(seconds: int) -> int:
@@ -195,7 +205,7 @@ async def _create(services: Services, body: NewSandbox) -> JSONResponse:
     for name, what in _REFUSED.items():
         if extra.get(name):
             raise NotSupported(f"{name}: Cubicle does not offer {what} through E2B's API yet")
-    template = _template(body.templateID)
+    template, snapshot = _template(services, body.templateID)
     timeout_s = _timeout(body.timeout)
     lifecycle = Lifecycle(
         on_timeout="pause" if body.autoPause else "kill",
@@ -203,11 +213,16 @@ async def _create(services: Services, body: NewSandbox) -> JSONResponse:
         auto_resume=body.autoResume is not None and body.autoResume.enabled,
     )
     request = CreateDesktop(
-        timeout_s=timeout_s, network=body.allow_internet_access, lifecycle=lifecycle
+        timeout_s=timeout_s,
+        network=body.allow_internet_access,
+        lifecycle=lifecycle,
+        snapshot=snapshot.name if snapshot is not None else None,
+        runtime=snapshot.runtime if snapshot is not None else None,
     )
-    # E2B's sandboxes have the internet by default, the pool's default spares do not:
-    # keep the operator's margin of spares of the kind E2B clients ask for.
-    services.manager.want_warm("e2b", services.settings.warm_pool, request)
+    if snapshot is None:
+        # E2B's sandboxes have the internet by default, the pool's default spares do not:
+        # keep the operator's margin of spares of the kind E2B clients ask for.
+        services.manager.want_warm("e2b", services.settings.warm_pool, request)
     info = await services.manager.create(request)
     sandbox = services.e2b.add(info.id, template, timeout_s, body.metadata, body.envVars)
     return JSONResponse(_sandbox_body(services, sandbox), status_code=201)
@@ -257,17 +272,23 @@ async def list_v2(
     """Running and paused sandboxes (`state`, `metadata` filters), a page at a time: the
     next page's token is in `x-next-token`."""
     _key(services, key, bearer)
-    listed = _listed(services, metadata, state)
+    return _page(_listed(services, metadata, state), "sandboxID", limit, nextToken, response)
+
+
+def _page(
+    listed: list[dict[str, Any]], key: str, limit: int, token: str | None, response: Response
+) -> list[dict[str, Any]]:
+    """One page of `listed`, from the item whose `key` is `token`; the next page's token
+    (the key of its first item) in `x-next-token`, as E2B's paginators read it."""
     start = 0
-    if nextToken:
-        ids = [item["sandboxID"] for item in listed]
-        if nextToken not in ids:
+    if token:
+        keys = [item[key] for item in listed]
+        if token not in keys:
             raise InvalidRequest("nextToken is not a page of this listing")
-        start = ids.index(nextToken)
-    page = listed[start : start + limit]
+        start = keys.index(token)
     if start + limit < len(listed):
-        response.headers["x-next-token"] = listed[start + limit]["sandboxID"]
-    return page
+        response.headers["x-next-token"] = listed[start + limit][key]
+    return listed[start : start + limit]
 
 
 @router.get("/sandboxes")
@@ -493,6 +514,84 @@ async def sandbox_metrics(
     return [_metric(services, sample, readings) for sample in readings.samples]
 
 
+class NewSnapshot(BaseModel):
+    """Body of E2B's `create_snapshot`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None
+    memory: bool = True
+    """E2B's `mode="full"` (its default); False is `"filesystem"`."""
+
+
+@router.post("/sandboxes/{sandbox_id}/snapshots", status_code=201)
+async def snapshot_sandbox(
+    sandbox_id: str,
+    services: ServicesDep,
+    body: NewSnapshot | None = None,
+    key: ApiKey = None,
+    bearer: Bearer = None,
+) -> dict[str, Any]:
+    """A named snapshot of the sandbox as it is now (Cubicle's `POST …/snapshot`), its
+    name the id `Sandbox.create` takes. E2B's two modes are honoured where the runtime
+    keeps exactly that: `full` (memory) on microVM desktops, `filesystem` on local ones."""
+    _key(services, key, bearer)
+    _, info = _found(services, sandbox_id)
+    wanted = body or NewSnapshot()
+    keeps_memory = services.manager.runtime(info.runtime).snapshots_memory
+    if wanted.memory and not keeps_memory:
+        raise NotSupported(
+            f"create_snapshot: {info.runtime} desktops snapshot their filesystem only "
+            '(sandboxes made from it boot afresh): pass mode="filesystem", or use the '
+            "microvm runtime for a snapshot with memory"
+        )
+    if not wanted.memory and keeps_memory:
+        raise NotSupported(
+            f'create_snapshot: mode="filesystem" is not built for {info.runtime} desktops, '
+            'whose snapshots keep memory: pass mode="full"'
+        )
+    name = wanted.name or f"snapshot-{sandbox_id}-{secrets.token_hex(3)}"
+    saved = await services.manager.snapshot(sandbox_id, snapshot_name(name))
+    return {"snapshotID": saved.name, "names": [saved.name]}
+
+
+@router.get("/snapshots")
+async def list_snapshots(
+    services: ServicesDep,
+    response: Response,
+    key: ApiKey = None,
+    bearer: Bearer = None,
+    sandboxID: str | None = None,
+    name: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    nextToken: str | None = None,
+) -> list[dict[str, Any]]:
+    """Snapshots, of one sandbox (`sandboxID`) or by name, a page at a time."""
+    _key(services, key, bearer)
+    wanted = name.split(":", 1)[0] if name else None
+    listed = [
+        {"snapshotID": saved.name, "names": [saved.name]}
+        for saved in services.manager.snapshots()
+        if (sandboxID is None or saved.parent == sandboxID)
+        and (wanted is None or saved.name == wanted)
+        and not saved.name.startswith("fork-")  # a fork's own, while its children need it
+    ]
+    return _page(listed, "snapshotID", limit, nextToken, response)
+
+
+@router.delete("/templates/{template_id}", status_code=204)
+async def delete_snapshot(
+    template_id: str, services: ServicesDep, key: ApiKey = None, bearer: Bearer = None
+) -> Response:
+    """Delete a snapshot (E2B's `delete_snapshot`); 404 for any other template."""
+    _key(services, key, bearer)
+    name = template_id.split(":", 1)[0]
+    if name in TEMPLATES or not SNAPSHOT_NAME.match(name):
+        raise NotFound(f"template {template_id!r} is not a snapshot")
+    await services.manager.delete_snapshot(name)
+    return Response(status_code=204)
+
+
 def _missing(what: str) -> Callable[..., Coroutine[Any, Any, Response]]:
     async def refuse(services: ServicesDep, key: ApiKey = None, bearer: Bearer = None) -> Response:
         _key(services, key, bearer)
@@ -502,8 +601,6 @@ def _missing(what: str) -> Callable[..., Coroutine[Any, Any, Response]]:
 
 
 for _path, _methods, _what in (
-    ("/sandboxes/{sandbox_id}/snapshots", ["POST"], "snapshots through E2B's API"),
-    ("/snapshots", ["GET"], "snapshots through E2B's API"),
     ("/templates", ["GET", "POST"], "templates (E2B's template builds)"),
     ("/v2/templates", ["POST"], "templates (E2B's template builds)"),
     ("/v3/templates", ["POST"], "templates (E2B's template builds)"),
