@@ -146,6 +146,18 @@ def api(service: Service) -> Iterator[httpx.Client]:
         yield client
 
 
+@pytest.fixture(scope="module")
+def e2b_env(service: Service) -> Iterator[None]:
+    """E2B's SDKs pointed at the session's service, as `cubicle e2b env` points them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("E2B_API_URL", service.url)
+        patch.setenv("E2B_SANDBOX_URL", service.url)
+        patch.setenv("E2B_API_KEY", service.token)
+        patch.delenv("E2B_DOMAIN", raising=False)
+        patch.delenv("E2B_DEBUG", raising=False)
+        yield
+
+
 def create_desktop(api: httpx.Client, **body) -> dict:
     timeout = MICROVM_CREATE_TIMEOUT_S if body.get("runtime") == "microvm" else None
     response = api.post("/api/desktops", json=body, **({"timeout": timeout} if timeout else {}))

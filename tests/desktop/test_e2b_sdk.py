@@ -36,17 +36,6 @@ from e2b_code_interpreter import Sandbox as CodeSandbox
 
 
 @pytest.fixture(scope="module")
-def e2b_env(service) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("E2B_API_URL", service.url)
-        patch.setenv("E2B_SANDBOX_URL", service.url)
-        patch.setenv("E2B_API_KEY", service.token)
-        patch.delenv("E2B_DOMAIN", raising=False)
-        patch.delenv("E2B_DEBUG", raising=False)
-        yield
-
-
-@pytest.fixture(scope="module")
 def sandbox(e2b_env) -> Iterator[Sandbox]:
     sbx = Sandbox.create(envs={"GREETING": "hello"}, metadata={"suite": "e2b-sdk"}, timeout=300)
     try:

@@ -50,6 +50,8 @@ from cubicle.server.e2b import CLIENT_ID, ENVD_VERSION, TEMPLATES, Sandbox
 from cubicle.server.services import Services
 
 E2B_TIMEOUT_S = 300
+DESKTOP_SCREEN = (1024, 768)
+"""The screen of a sandbox of template `desktop`: E2B Desktop's default resolution."""
 """E2B's default sandbox timeout."""
 
 
@@ -212,7 +214,11 @@ async def _create(services: Services, body: NewSandbox) -> JSONResponse:
         keep_memory=body.autoPauseMemory,
         auto_resume=body.autoResume is not None and body.autoResume.enabled,
     )
+    # E2B Desktop's screen for its template (the SDK's `resolution` goes to an Xvfb of
+    # its own, which a Cubicle desktop already runs: see docs/e2b.md)
+    screen = {"resolution": DESKTOP_SCREEN} if template == "desktop" else {}
     request = CreateDesktop(
+        **screen,
         timeout_s=timeout_s,
         network=body.allow_internet_access,
         lifecycle=lifecycle,
