@@ -7,13 +7,15 @@ three exports (`cubicle e2b env`), and Cubicle's SDK on the same sandboxes, in o
   between creates) and cold (`CUBICLE_WARM_POOL=0`); E2B quotes ~150 ms for its own;
 - `commands.run("echo hi")` p50, beside `Desktop.commands.run("echo hi")`;
 - `files.write` then `files.read` of 1 MiB, beside Cubicle's `files.write`/`read`;
-- `run_code("1+1")` p50 (warm context), beside `Desktop.run_code("1+1")`.
-
-e2b-desktop's clicks and screenshot are not measured: its template is not served yet.
+- `run_code("1+1")` p50 (warm context), beside `Desktop.run_code("1+1")`;
+- `e2b-desktop`: `Sandbox.create()` (its own Xvfb and XFCE start attempts included),
+  `left_click(x, y)` and `screenshot()` p50, beside Cubicle's `d.left_click(x, y)` and
+  `d.screenshot()` on the same desktop, interleaved.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +40,14 @@ class E2bResult:
     file_1mib_write_read_cubicle: Summary
     run_code_e2b: Summary
     run_code_cubicle: Summary
+    desktop_create_e2b: Summary
+    """`e2b_desktop.Sandbox.create()`, warm pool off (a 1024×768 desktop boots)."""
+    desktop_click_e2b: Summary
+    """`left_click(x, y)`: two `xdotool` commands through envd."""
+    desktop_click_cubicle: Summary
+    desktop_screenshot_e2b: Summary
+    """`screenshot()`: `scrot` through envd, then the PNG read back as a file."""
+    desktop_screenshot_cubicle: Summary
     targets: list[Target]
 
 
@@ -136,6 +146,8 @@ def run(options: Options) -> E2bResult:
     with running_service(CUBICLE_WARM_POOL="0") as cold_service:
         progress(f"e2b: {creates} cold creates")
         cold = _creates(cold_service, creates, refill_s=0.0)
+        progress(f"e2b: e2b-desktop, {creates} creates and {n // 4} clicks and screenshots")
+        desktop = _e2b_desktop(cold_service, creates, max(5, n // 4))
     return E2bResult(
         create_from_pool=summarize(pooled),
         create_cold=summarize(cold),
@@ -145,5 +157,38 @@ def run(options: Options) -> E2bResult:
         file_1mib_write_read_cubicle=summarize(files_ours),
         run_code_e2b=summarize(code_e2b),
         run_code_cubicle=summarize(code_ours),
+        desktop_create_e2b=summarize(desktop["create"]),
+        desktop_click_e2b=summarize(desktop["click_e2b"]),
+        desktop_click_cubicle=summarize(desktop["click_ours"]),
+        desktop_screenshot_e2b=summarize(desktop["shot_e2b"]),
+        desktop_screenshot_cubicle=summarize(desktop["shot_ours"]),
         targets=[],
     )
+
+
+def _e2b_desktop(service: Service, creates: int, n: int) -> dict[str, list[float]]:
+    from e2b_desktop import Sandbox as DesktopSandbox
+
+    found: dict[str, list[float]] = {"create": []}
+    with _pointed_at(service):
+        for _ in range(creates):
+            started = time.perf_counter()
+            sandbox = DesktopSandbox.create(timeout=300)
+            found["create"].append(time.perf_counter() - started)
+            if len(found["create"]) < creates:
+                sandbox.kill()
+        try:
+            ours = Desktop.connect(sandbox.sandbox_id, base_url=service.url, token=service.token)
+            spots = itertools.cycle([(200, 150), (260, 190)])
+            # Each click somewhere else: the SDK's `xdotool mousemove --sync` waits for a
+            # motion event, and a pointer already there makes none (about 15 s lost).
+            found["click_e2b"], found["click_ours"] = _interleaved(
+                lambda: sandbox.left_click(*next(spots)), lambda: ours.left_click(*next(spots)), n
+            )
+            found["shot_e2b"], found["shot_ours"] = _interleaved(
+                sandbox.screenshot, ours.screenshot, n
+            )
+            ours.close()
+        finally:
+            sandbox.kill()
+    return found
