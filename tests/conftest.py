@@ -181,6 +181,20 @@ def patience(desktop: dict, seconds: float) -> float:
     return seconds * (8 if desktop.get("runtime") == "microvm" else 1)
 
 
+TICKER = (
+    "import os, time\n"
+    "n = 0\n"
+    "while True:\n"
+    "    n += 1\n"
+    "    open('/tmp/tick.new', 'w').write(f'{os.getpid()} {n}')\n"
+    "    os.replace('/tmp/tick.new', '/tmp/tick')\n"
+    "    time.sleep(0.2)\n"
+)
+"""A program that holds a number in memory only and writes it to /tmp/tick (`pid count`) five
+times a second: the count going on from where it was, not from 1, shows the same process,
+memory and all (pause, park and restore tests)."""
+
+
 def editable_text(api: httpx.Client, desktop_id: str, app: str = "mousepad") -> str | None:
     """The text of the app's first editable field, as its accessibility tree reads it (no
     focus, no keys: what a screen reader would say)."""

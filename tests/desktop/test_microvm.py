@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import create_desktop, start_service, stop_service, wait_until
+from tests.conftest import TICKER, create_desktop, start_service, stop_service, wait_until
 
 BOTH_RUNTIMES = False
 
@@ -417,18 +417,6 @@ def test_a_port_in_a_vm_answers_through_the_service(api, desktop, service):
     got = httpx.get(f"{service.url}/blob", headers=headers, timeout=300)
     assert got.status_code == 200, got.text[:300]
     assert hashlib.sha256(got.content).hexdigest() == expected
-
-
-TICKER = (
-    "import os, time\n"
-    "n = 0\n"
-    "while True:\n"
-    "    n += 1\n"
-    "    open('/tmp/tick.new', 'w').write(f'{os.getpid()} {n}')\n"
-    "    os.replace('/tmp/tick.new', '/tmp/tick')\n"
-    "    time.sleep(0.2)\n"
-)
-"""Holds a number in memory only: its going on from where it was shows the same process."""
 
 
 def _start_ticker(api, desktop_id: str) -> tuple[int, int]:

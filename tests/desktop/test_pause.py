@@ -12,6 +12,7 @@ from PIL import Image, ImageChops
 
 from cubicle.server.runtime import cgroups
 from tests.conftest import (
+    TICKER,
     create_desktop,
     editable_text,
     patience,
@@ -23,17 +24,6 @@ from tests.conftest import (
 BOTH_RUNTIMES = True
 
 UNSAVED = "paused, not saved: héllo ✓"
-# A process that holds a number in memory only and writes it out five times a second: the
-# number going on from where it was (not from zero) shows the same process, memory and all.
-TICKER = (
-    "import os, time\n"
-    "n = 0\n"
-    "while True:\n"
-    "    n += 1\n"
-    "    open('/tmp/tick.new', 'w').write(f'{os.getpid()} {n}')\n"
-    "    os.replace('/tmp/tick.new', '/tmp/tick')\n"
-    "    time.sleep(0.2)\n"
-)
 
 
 def _exec(api, desktop_id: str, command: str) -> str:
