@@ -158,8 +158,8 @@ class MicroVm:
 
     async def park(self, into: Path, *, keep_memory: bool, source: str | None) -> None:
         """Stop the VM and keep it in directory `into` (see `unpark`): its disk layer, and
-        with `keep_memory` its whole RAM and devices. Without, the guest first writes out
-        what its page cache holds (`sync_guest`), then QEMU ends."""
+        with `keep_memory` its whole RAM and devices. Without, QEMU just ends: the caller
+        has the guest write out its page cache first (`MicroVmSandbox.park`)."""
         await asyncio.to_thread(_private_dir, into)
         self.paused = True  # no pings from here on: it stops on purpose
         try:
