@@ -21,6 +21,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import stat
 import threading
 from collections.abc import Iterator
@@ -36,10 +37,16 @@ from cubicle.protocol.errors import (
     InvalidRequest,
     NotFound,
 )
-from cubicle.protocol.service import CreateVolume, VolumeInfo, VolumeMount
+from cubicle.protocol.service import (
+    VOLUME_NAME_PATTERN,
+    CreateVolume,
+    VolumeInfo,
+    VolumeMount,
+)
 from cubicle.server.runtime import disk
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_VOLUME_NAME = re.compile(VOLUME_NAME_PATTERN)
 
 
 class VolumeNotFound(NotFound):
@@ -80,6 +87,8 @@ class Volumes:
         return self.get(request.name)
 
     def get(self, name: str) -> VolumeInfo:
+        if not _VOLUME_NAME.match(name):  # a name is a file name in `root`: nothing else
+            raise VolumeNotFound(f"no volume {name!r}: list them with GET /api/volumes")
         try:
             document = json.loads((self.root / f"{name}.json").read_text())
         except (FileNotFoundError, NotADirectoryError):

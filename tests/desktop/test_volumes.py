@@ -113,6 +113,27 @@ def test_bad_volume_requests_are_refused_clearly(api):
     assert api.delete("/api/volumes/nope").status_code == 404
 
 
+def test_names_and_paths_that_are_not_a_volumes_are_refused(api):
+    """A volume's name is a file name in the service's data directory: a name that could
+    reach beside it, or a NUL anywhere, is a clear 4xx, and the service goes on."""
+    assert api.post("/api/volumes", json={"name": "kept", "size_mb": 64}).status_code == 201
+    try:
+        for name in ("%2E%2E", "..%2Fvolumes%2Fkept", "kept%00", "KEPT", ".hidden"):
+            answer = api.get(f"/api/volumes/{name}")
+            assert answer.status_code in (404, 422), (name, answer.text)
+            files = api.get(f"/api/volumes/{name}/files", params={"path": "a"})
+            assert files.status_code in (404, 422), (name, files.text)
+        nul = api.put("/api/volumes/kept/files", params={"path": "a\x00b"}, content=b"x")
+        assert nul.status_code == 422 and nul.json()["error"] == "invalid_request"
+        read = api.get("/api/volumes/kept/files", params={"path": "a\x00b"})
+        assert read.status_code == 422
+        assert api.put("/api/volumes/kept/files", params={"path": "a"}, content=b"ok").is_success
+        assert api.get("/api/volumes/kept/files", params={"path": "a"}).content == b"ok"
+        assert api.get("/healthz").status_code == 200
+    finally:
+        assert api.delete("/api/volumes/kept").status_code == 204
+
+
 def test_a_volume_outlives_a_restart_of_the_service():
     first = start_service(CUBICLE_WARM_POOL="0")
     try:

@@ -7,6 +7,7 @@ import asyncio
 
 from fastapi import APIRouter, Query, Request, Response
 
+from cubicle.protocol.models import NO_NUL
 from cubicle.protocol.service import CreateVolume, VolumeInfo
 from cubicle.server.api.deps import ManagerDep, SettingsDep
 from cubicle.server.api.desktops import UPLOAD_BODY
@@ -44,7 +45,7 @@ async def read_volume_file(
     name: str,
     manager: ManagerDep,
     settings: SettingsDep,
-    path: str = Query(min_length=1, max_length=4096),
+    path: str = Query(min_length=1, max_length=4096, pattern=NO_NUL),
 ) -> Response:
     """A file of the volume, without a desktop (409 while a desktop writes the volume);
     links are never followed."""
@@ -57,7 +58,7 @@ async def write_volume_file(
     name: str,
     request: Request,
     manager: ManagerDep,
-    path: str = Query(min_length=1, max_length=4096),
+    path: str = Query(min_length=1, max_length=4096, pattern=NO_NUL),
 ) -> Response:
     """Write a file of the volume (its folders made), without a desktop; 409 while a
     desktop writes the volume, 507 past its quota."""
