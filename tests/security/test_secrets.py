@@ -129,8 +129,17 @@ def test_a_secret_reaches_its_host_and_never_the_desktop(world, api, api_parts):
     assert python["exit_code"] == 0 and "ok GET /py auth=True" in python["stdout"], python
     # the desktop's Chromium, trusting the proxy's CA from its NSS database (headless and
     # without the session's DevTools port, so that it exits once it printed the page)
-    chromium = "CUBICLE_CHROMIUM_FLAGS= chromium --headless=new --dump-dom"
-    page = run(api, did, f"{chromium} https://api.cubicle.test/chromium 2>/dev/null", timeout_s=60)
+    # A profile of its own: a Chromium already running on the default one would take the
+    # URL and this one would exit at once, printing nothing. (The CA is in ~/.pki/nssdb.)
+    chromium = (
+        "CUBICLE_CHROMIUM_FLAGS= chromium --headless=new --dump-dom --user-data-dir=$(mktemp -d)"
+    )
+    # its log kept aside and shown only if the page is not there (the assertion prints it)
+    dump = (
+        f"{chromium} https://api.cubicle.test/chromium 2>/tmp/chromium.log; "
+        "status=$?; tail -c 2000 /tmp/chromium.log >&2; exit $status"
+    )
+    page = run(api, did, dump, timeout_s=90)
     assert "ok GET /chromium auth=True" in page["stdout"], page
     arrived = {entry["path"]: entry for entry in _arrived(log)}
     assert arrived["/v1/models"]["headers"]["authorization"] == f"Bearer {VALUE}"
