@@ -326,3 +326,6 @@ class WarmPool(Generic[R]):
         spare.boot.cancel()
         with contextlib.suppress(asyncio.CancelledError, CubicleError):
             await spare.boot
+        # A boot cancelled in its warm-up leaves a drawn desktop, its disk mounted: it
+        # ends like any spare (one cancelled earlier has nothing left to end).
+        await self._hooks.discard(spare.desktop)
